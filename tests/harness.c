@@ -1,0 +1,172 @@
+/* harness.c — see harness.h. */
+#include "harness.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/philox.h"
+
+static const char *g_name = "test";
+static int g_pass, g_fail;
+static double **g_allocs;
+static int g_nallocs, g_capallocs;
+
+void mf_test_begin(const char *name) {
+  g_name = name;
+  g_pass = g_fail = 0;
+  const char *lvl = getenv("MF_LOG");
+  mf_log_set_level(lvl && mf_log_level_parse(lvl) >= 0 ? (mf_log_level)mf_log_level_parse(lvl)
+                                                       : MF_LOG_WARN);
+}
+
+int mf_test_end(void) {
+  mf_test_free_all();
+  printf("%s: %d passed, %d failed\n", g_name, g_pass, g_fail);
+  fflush(stdout);
+  return g_fail ? 1 : 0;
+}
+
+int mf_test_check(int ok, const char *file, int line, const char *fmt, ...) {
+  if (ok) {
+    g_pass++;
+    if (getenv("MF_TEST_VERBOSE")) {
+      va_list ap;
+      va_start(ap, fmt);
+      printf("ok   ");
+      vprintf(fmt, ap);
+      printf("\n");
+      va_end(ap);
+    }
+    return 1;
+  }
+  g_fail++;
+  va_list ap;
+  va_start(ap, fmt);
+  printf("FAIL %s:%d: ", file, line);
+  vprintf(fmt, ap);
+  printf("\n");
+  va_end(ap);
+  fflush(stdout);
+  return 0;
+}
+
+double mf_test_relerr(const double *got, const double *ref, int64_t n) {
+  double num = 0, den = 0, gn = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (!isfinite(got[i]) || !isfinite(ref[i])) return INFINITY;
+    double d = got[i] - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+    gn += got[i] * got[i];
+  }
+  if (den == 0) return sqrt(gn);
+  return sqrt(num / den);
+}
+
+double mf_test_maxabs(const double *got, const double *ref, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs(got[i] - ref[i]);
+    if (!(d <= m)) m = d; /* NaN propagates */
+  }
+  return m;
+}
+
+int mf_test_close(const char *what, const double *got, const double *ref, int64_t n, double tol) {
+  double e = mf_test_relerr(got, ref, n);
+  return mf_test_check(e <= tol, __FILE__, __LINE__, "%s: relerr %.3g (tol %.1g, n=%lld, maxabs %.3g)",
+                       what, e, tol, (long long)n, mf_test_maxabs(got, ref, n));
+}
+
+void mf_test_randn(double *x, int64_t n, uint64_t seed, double scale) {
+  uint64_t stream = ((uint64_t)MF_RNG_TEST << 12);
+  for (int64_t i = 0; i < n; i++) x[i] = scale * (double)mf_philox_normal(seed, stream, (uint64_t)i);
+}
+
+void mf_test_randu(double *x, int64_t n, uint64_t seed, double lo, double hi) {
+  uint64_t stream = ((uint64_t)MF_RNG_TEST << 12) | 1;
+  for (int64_t i = 0; i < n; i++)
+    x[i] = lo + (hi - lo) * (double)mf_philox_uniform(seed, stream, (uint64_t)i);
+}
+
+void mf_test_poison(double *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) x[i] = NAN;
+}
+
+double *mf_test_alloc(int64_t n) {
+  if (g_nallocs == g_capallocs) {
+    g_capallocs = g_capallocs ? 2 * g_capallocs : 64;
+    g_allocs = realloc(g_allocs, (size_t)g_capallocs * sizeof *g_allocs);
+    if (!g_allocs) abort();
+  }
+  double *p = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+  if (!p) abort();
+  g_allocs[g_nallocs++] = p;
+  return p;
+}
+
+void mf_test_free_all(void) {
+  for (int i = 0; i < g_nallocs; i++) free(g_allocs[i]);
+  free(g_allocs);
+  g_allocs = NULL;
+  g_nallocs = g_capallocs = 0;
+}
+
+double mf_test_dot(const double *a, const double *b, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+int mf_test_gradcheck(const char *what, mf_test_loss_fn loss, void *ctx, double *x,
+                      const double *grad, int64_t n, int64_t max_checks, double h, double tol) {
+  int64_t m = n <= max_checks ? n : max_checks;
+  double num = 0, den = 0, worst = 0;
+  int64_t worst_i = -1;
+  for (int64_t c = 0; c < m; c++) {
+    int64_t i = m == n ? c : (m > 1 ? c * (n - 1) / (m - 1) : 0);
+    double x0 = x[i];
+    x[i] = x0 + h;
+    double lp = loss(ctx);
+    x[i] = x0 - h;
+    double lm = loss(ctx);
+    x[i] = x0;
+    double fd = (lp - lm) / (2 * h), d = fd - grad[i];
+    if (!isfinite(fd) || !isfinite(grad[i])) d = INFINITY;
+    num += d * d;
+    den += fd * fd;
+    if (fabs(d) > worst || !isfinite(d)) {
+      worst = fabs(d);
+      worst_i = i;
+    }
+  }
+  double e = den > 0 ? sqrt(num / den) : sqrt(num);
+  return mf_test_check(e <= tol, __FILE__, __LINE__,
+                       "gradcheck %s: relerr %.3g (tol %.1g, %lld of %lld checked, worst |d| %.3g at %lld)",
+                       what, e, tol, (long long)m, (long long)n, worst, (long long)worst_i);
+}
+
+static jmp_buf g_jmp;
+static char g_fatal_msg[1400];
+
+static void jump_handler(const char *msg, void *ud) {
+  (void)ud;
+  snprintf(g_fatal_msg, sizeof g_fatal_msg, "%s", msg);
+  longjmp(g_jmp, 1);
+}
+
+int mf_test_expect_fatal(void (*fn)(void *), void *ctx, const char *expect) {
+  g_fatal_msg[0] = '\0';
+  mf_fatal_handler old = mf_set_fatal_handler(jump_handler, NULL);
+  int hit = 0;
+  if (setjmp(g_jmp) == 0) fn(ctx);
+  else hit = 1;
+  mf_set_fatal_handler(old, NULL);
+  return hit && (!expect || strstr(g_fatal_msg, expect) != NULL);
+}
+
+const char *mf_test_last_fatal(void) { return g_fatal_msg; }

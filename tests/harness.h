@@ -1,0 +1,58 @@
+/* harness.h — the test harness shared by every CPU and GPU test binary: counted checks,
+ * relative-error comparisons, random inputs, finite-difference gradient checks, and
+ * interception of the fatal path. A binary calls mf_test_begin() first and returns
+ * mf_test_end(), which prints "<name>: N passed, M failed" and gives the exit code. */
+#ifndef MF_TEST_HARNESS_H
+#define MF_TEST_HARNESS_H
+
+#include <stdint.h>
+
+#include "core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void mf_test_begin(const char *name);
+int mf_test_end(void); /* 0 when nothing failed, 1 otherwise */
+
+/* One counted check; prints "FAIL file:line: message" when ok is false. */
+int mf_test_check(int ok, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define MF_TEST(cond, ...) mf_test_check(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
+
+/* ‖got − ref‖₂ / ‖ref‖₂ (‖got‖₂ when ref is all zero); +inf if any value is NaN/Inf. */
+double mf_test_relerr(const double *got, const double *ref, int64_t n);
+double mf_test_maxabs(const double *got, const double *ref, int64_t n);
+/* Counted check that relerr(got, ref) <= tol; prints the error either way when verbose. */
+int mf_test_close(const char *what, const double *got, const double *ref, int64_t n, double tol);
+
+/* Random inputs from the Philox stream MF_RNG_TEST (deterministic per seed). */
+void mf_test_randn(double *x, int64_t n, uint64_t seed, double scale);
+void mf_test_randu(double *x, int64_t n, uint64_t seed, double lo, double hi);
+void mf_test_poison(double *x, int64_t n); /* NaN: an unwritten output fails every check */
+double *mf_test_alloc(int64_t n);           /* zeroed doubles; freed by mf_test_free_all */
+void mf_test_free_all(void);
+
+/* Finite-difference gradient check in double.
+ * loss(ctx) runs the forward and returns a scalar L; grad holds the analytic dL/dx.
+ * Checks up to max_checks elements of x (all when n <= max_checks, else an even spread
+ * that includes the first and the last), with central differences of step h:
+ * counted check that ‖fd − grad‖/‖fd‖ over the checked elements is <= tol. */
+typedef double (*mf_test_loss_fn)(void *ctx);
+int mf_test_gradcheck(const char *what, mf_test_loss_fn loss, void *ctx, double *x,
+                      const double *grad, int64_t n, int64_t max_checks, double h, double tol);
+
+/* Dot product: the scalar loss Σ out·w used to turn an output into a loss. */
+double mf_test_dot(const double *a, const double *b, int64_t n);
+
+/* Runs fn(ctx) with a fatal handler that jumps back; returns 1 if fn hit the fatal path
+ * and the message contains `expect` (any message when expect is NULL). */
+int mf_test_expect_fatal(void (*fn)(void *), void *ctx, const char *expect);
+const char *mf_test_last_fatal(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
