@@ -16,7 +16,7 @@ BUILD    ?= build
 OPT      ?= -O2
 WARN     := -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes
 CFLAGS   := -std=c11 $(OPT) -g $(WARN) -Iinclude -Isrc -MMD -MP -pthread
-LDLIBS   := -lm -pthread
+LDLIBS   := -lz -ljansson -lm -pthread
 SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
 NVFLAGS  := -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -Iinclude -Isrc -Xcompiler -Wall,-Wextra -MMD -MP
@@ -61,11 +61,13 @@ GPU_TEST_CU := $(sort $(wildcard tests/gpu/*.cu))
 OBJ_F32  := $(LIB_C:%.c=$(BUILD)/f32/%.o)
 OBJ_F64  := $(LIB_C:%.c=$(BUILD)/f64/%.o)
 OBJ_ASAN := $(LIB_C:%.c=$(BUILD)/asan/%.o)
+OBJ_ASAN32 := $(LIB_C:%.c=$(BUILD)/asan32/%.o)
 OBJ_CU   := $(LIB_CU:%.cu=$(BUILD)/cuda/%.o)
 
 LIB_F32  := $(BUILD)/libmegafold.a
 LIB_F64  := $(BUILD)/libmegafold_f64.a
 LIB_ASAN := $(BUILD)/libmegafold_asan.a
+LIB_ASAN32 := $(BUILD)/libmegafold_asan32.a
 LIB_CUDA := $(BUILD)/libmegafold_cuda.a
 
 TESTS      := $(TEST_C:tests/%.c=$(BUILD)/tests/%)
@@ -80,7 +82,7 @@ ALL += $(LIB_CUDA) $(LABS) $(GPU_TESTS)
 endif
 
 .SECONDARY:
-.PHONY: all test test-cpu test-asan test-gpu asan demo clean
+.PHONY: all test test-cpu-all test-cpu test-asan test-gpu asan demo clean
 all: $(ALL)
 asan: $(ASAN_TESTS)
 
@@ -94,6 +96,9 @@ $(BUILD)/f64/%.o: %.c
 $(BUILD)/asan/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -DMF_REAL_DOUBLE $(SAN) -O1 -c $< -o $@
+$(BUILD)/asan32/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(SAN) -O1 -c $< -o $@
 $(BUILD)/cuda/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
@@ -103,6 +108,8 @@ $(LIB_F32): $(OBJ_F32)
 $(LIB_F64): $(OBJ_F64)
 	@rm -f $@; ar rcs $@ $^
 $(LIB_ASAN): $(OBJ_ASAN)
+	@rm -f $@; ar rcs $@ $^
+$(LIB_ASAN32): $(OBJ_ASAN32)
 	@rm -f $@; ar rcs $@ $^
 $(LIB_CUDA): $(OBJ_CU)
 	@rm -f $@; ar rcs $@ $^
@@ -120,20 +127,22 @@ $(TEST_F32:tests/%.c=$(BUILD)/tests/%): $(BUILD)/tests/%: $(BUILD)/f32/tests/%.o
 $(BUILD)/asan/tests/%: $(BUILD)/asan/tests/%.o $(BUILD)/asan/tests/harness.o $(LIB_ASAN)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SAN) $^ -o $@ $(LDLIBS)
-$(TEST_F32:tests/%.c=$(BUILD)/asan/tests/%): $(BUILD)/asan/tests/%: $(BUILD)/asan/tests/%.o $(BUILD)/asan/tests/harness.o $(LIB_ASAN)
+$(TEST_F32:tests/%.c=$(BUILD)/asan/tests/%): $(BUILD)/asan/tests/%: $(BUILD)/asan32/tests/%.o $(BUILD)/asan32/tests/harness.o $(LIB_ASAN32)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SAN) $^ -o $@ $(LDLIBS)
 
 # Kernel lab and GPU tests: CUDA sources linked with the double CPU reference (the oracle).
 $(BUILD)/dev/%: dev/cuda/%.cu $(LIB_CUDA) $(LIB_F64)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVFLAGS) $< -o $@ $(LIB_CUDA) $(LIB_F64) $(CUDA_LIBS) $(if $(HAVE_BLAS),-lopenblas) -lm
+	$(NVCC) $(NVFLAGS) $< -o $@ $(LIB_CUDA) $(LIB_F64) $(CUDA_LIBS) $(if $(HAVE_BLAS),-lopenblas) -lz -ljansson -lm
 $(BUILD)/tests/gpu/%: tests/gpu/%.cu $(BUILD)/f64/tests/harness.o $(LIB_CUDA) $(LIB_F64)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVFLAGS) -DMF_REAL_DOUBLE $< $(BUILD)/f64/tests/harness.o -o $@ $(LIB_CUDA) $(LIB_F64) $(CUDA_LIBS) $(if $(HAVE_BLAS),-lopenblas) -lm
+	$(NVCC) $(NVFLAGS) -DMF_REAL_DOUBLE $< $(BUILD)/f64/tests/harness.o -o $@ $(LIB_CUDA) $(LIB_F64) $(CUDA_LIBS) $(if $(HAVE_BLAS),-lopenblas) -lz -ljansson -lm
 
 # ---------------------------------------------------------------- running
 test: all asan
+	@$(MAKE) --no-print-directory test-cpu-all
+test-cpu-all:
 	@scripts/run_tests.sh $(TESTS) $(ASAN_TESTS)
 test-cpu: $(TESTS)
 	@scripts/run_tests.sh $(TESTS)

@@ -76,9 +76,10 @@ double mf_test_maxabs(const double *got, const double *ref, int64_t n) {
   return m;
 }
 
-int mf_test_close(const char *what, const double *got, const double *ref, int64_t n, double tol) {
+int mf_test_close_at(const char *file, int line, const char *what, const double *got,
+                     const double *ref, int64_t n, double tol) {
   double e = mf_test_relerr(got, ref, n);
-  return mf_test_check(e <= tol, __FILE__, __LINE__, "%s: relerr %.3g (tol %.1g, n=%lld, maxabs %.3g)",
+  return mf_test_check(e <= tol, file, line, "%s: relerr %.3g (tol %.1g, n=%lld, maxabs %.3g)",
                        what, e, tol, (long long)n, mf_test_maxabs(got, ref, n));
 }
 
@@ -122,8 +123,9 @@ double mf_test_dot(const double *a, const double *b, int64_t n) {
   return s;
 }
 
-int mf_test_gradcheck(const char *what, mf_test_loss_fn loss, void *ctx, double *x,
-                      const double *grad, int64_t n, int64_t max_checks, double h, double tol) {
+int mf_test_gradcheck_at(const char *file, int line, const char *what, mf_test_loss_fn loss,
+                         void *ctx, double *x, const double *grad, int64_t n, int64_t max_checks,
+                         double h, double tol) {
   int64_t m = n <= max_checks ? n : max_checks;
   double num = 0, den = 0, worst = 0;
   int64_t worst_i = -1;
@@ -145,7 +147,7 @@ int mf_test_gradcheck(const char *what, mf_test_loss_fn loss, void *ctx, double 
     }
   }
   double e = den > 0 ? sqrt(num / den) : sqrt(num);
-  return mf_test_check(e <= tol, __FILE__, __LINE__,
+  return mf_test_check(e <= tol, file, line,
                        "gradcheck %s: relerr %.3g (tol %.1g, %lld of %lld checked, worst |d| %.3g at %lld)",
                        what, e, tol, (long long)m, (long long)n, worst, (long long)worst_i);
 }

@@ -25,7 +25,9 @@ int mf_test_check(int ok, const char *file, int line, const char *fmt, ...)
 double mf_test_relerr(const double *got, const double *ref, int64_t n);
 double mf_test_maxabs(const double *got, const double *ref, int64_t n);
 /* Counted check that relerr(got, ref) <= tol; prints the error either way when verbose. */
-int mf_test_close(const char *what, const double *got, const double *ref, int64_t n, double tol);
+int mf_test_close_at(const char *file, int line, const char *what, const double *got,
+                     const double *ref, int64_t n, double tol);
+#define mf_test_close(...) mf_test_close_at(__FILE__, __LINE__, __VA_ARGS__)
 
 /* Random inputs from the Philox stream MF_RNG_TEST (deterministic per seed). */
 void mf_test_randn(double *x, int64_t n, uint64_t seed, double scale);
@@ -40,8 +42,10 @@ void mf_test_free_all(void);
  * that includes the first and the last), with central differences of step h:
  * counted check that ‖fd − grad‖/‖fd‖ over the checked elements is <= tol. */
 typedef double (*mf_test_loss_fn)(void *ctx);
-int mf_test_gradcheck(const char *what, mf_test_loss_fn loss, void *ctx, double *x,
-                      const double *grad, int64_t n, int64_t max_checks, double h, double tol);
+int mf_test_gradcheck_at(const char *file, int line, const char *what, mf_test_loss_fn loss,
+                         void *ctx, double *x, const double *grad, int64_t n, int64_t max_checks,
+                         double h, double tol);
+#define mf_test_gradcheck(...) mf_test_gradcheck_at(__FILE__, __LINE__, __VA_ARGS__)
 
 /* Dot product: the scalar loss Σ out·w used to turn an output into a loss. */
 double mf_test_dot(const double *a, const double *b, int64_t n);

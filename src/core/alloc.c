@@ -68,6 +68,18 @@ void *mf_calloc(size_t bytes, const char *what) {
   return p;
 }
 
+void *mf_xmalloc(size_t bytes, const char *what) {
+  void *p = mf_malloc(bytes, what);
+  if (!p) MF_FATAL("%s", mf_error_message());
+  return p;
+}
+
+void *mf_xcalloc(size_t bytes, const char *what) {
+  void *p = mf_calloc(bytes, what);
+  if (!p) MF_FATAL("%s", mf_error_message());
+  return p;
+}
+
 void mf_free(void *p) {
   if (!p) return;
   uint8_t *user = p;

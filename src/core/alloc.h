@@ -35,6 +35,12 @@ typedef struct {
 } mf_device_allocator;
 void mf_alloc_set_device(const mf_device_allocator *a); /* NULL: none */
 
+/* Scratch that must exist: mf_malloc / mf_calloc, and a failure is fatal with the
+ * allocator's message (what and how many bytes). Used by the CPU reference ops, whose
+ * signatures have no error return. */
+void *mf_xmalloc(size_t bytes, const char *what);
+void *mf_xcalloc(size_t bytes, const char *what);
+
 /* Device: counted; the size must be given back on free. */
 void *mf_dmalloc(size_t bytes, const char *what);
 void mf_dfree(void *p, size_t bytes);

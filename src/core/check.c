@@ -22,36 +22,37 @@ mf_fatal_handler mf_set_fatal_handler(mf_fatal_handler h, void *userdata) {
   return old;
 }
 
-static MF_NORETURN void fatal_v(const char *file, int line, const char *prefix, const char *fmt,
-                              va_list ap) {
-  char body[1024], msg[1400];
-  vsnprintf(body, sizeof body, fmt, ap);
+/* Prefixes rank, file and line, then hands the message to the handler or aborts. */
+static MF_NORETURN void fatal_msg(const char *file, int line, const char *body) {
+  char msg[1600];
   int rank = mf_log_get_rank();
   if (rank >= 0)
-    snprintf(msg, sizeof msg, "[rank %d] %s:%d: %s%s", rank, file, line, prefix, body);
+    snprintf(msg, sizeof msg, "[rank %d] %s:%d: %s", rank, file, line, body);
   else
-    snprintf(msg, sizeof msg, "%s:%d: %s%s", file, line, prefix, body);
-  if (g_handler) {
-    g_handler(msg, g_handler_ud);
-    /* a handler must not return */
-  }
+    snprintf(msg, sizeof msg, "%s:%d: %s", file, line, body);
+  if (g_handler) g_handler(msg, g_handler_ud); /* a handler must not return */
   fprintf(stderr, "megafold fatal: %s\n", msg);
   fflush(stderr);
   abort();
 }
 
 void mf_fatal_at(const char *file, int line, const char *fmt, ...) {
+  char body[1024];
   va_list ap;
   va_start(ap, fmt);
-  fatal_v(file, line, "", fmt, ap);
+  vsnprintf(body, sizeof body, fmt, ap);
+  va_end(ap);
+  fatal_msg(file, line, body);
 }
 
 void mf_assert_fail(const char *file, int line, const char *expr, const char *fmt, ...) {
-  char prefix[512];
-  snprintf(prefix, sizeof prefix, "assertion failed: %s%s", expr, fmt[0] ? ": " : "");
+  char detail[768], body[1400];
   va_list ap;
   va_start(ap, fmt);
-  fatal_v(file, line, prefix, fmt, ap);
+  vsnprintf(detail, sizeof detail, fmt, ap);
+  va_end(ap);
+  snprintf(body, sizeof body, "assertion failed: %s%s%s", expr, detail[0] ? ": " : "", detail);
+  fatal_msg(file, line, body);
 }
 
 mf_status mf_error_set(mf_status st, const char *fmt, ...) {

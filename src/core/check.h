@@ -71,6 +71,12 @@ MF_NORETURN void mf_assert_fail(const char *file, int line, const char *expr, co
                                     #expr, mf_errno_string());                \
   } while (0)
 const char *mf_errno_string(void);
+/* mf_malloc/mf_dmalloc/arena results, where running out is fatal: reports the
+ * allocator's own message (what, how many bytes, injected or not). */
+#define MF_CHECK_ALLOC(expr)                                                   \
+  do {                                                                         \
+    if ((expr) == NULL) mf_fatal_at(__FILE__, __LINE__, "%s: %s", #expr, mf_error_message()); \
+  } while (0)
 
 #define MF_CHECK_CUDA(expr)                                                    \
   do {                                                                         \

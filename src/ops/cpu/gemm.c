@@ -2,6 +2,7 @@
  * double accumulators. See gemm.h. */
 #include "ops/gemm.h"
 
+#include <limits.h>
 #include <string.h>
 
 #ifdef MF_HAVE_BLAS
@@ -22,7 +23,6 @@ static void gemm_loop(int ta, int tb, int64_t M, int64_t N, int64_t K, double al
         for (int64_t j = j0; j < j1; j++) acc[j - j0] = 0;
         for (int64_t k = 0; k < K; k++) {
           double a = ta ? A[k * lda + i] : A[i * lda + k];
-          if (a == 0) continue;
           if (tb)
             for (int64_t j = j0; j < j1; j++) acc[j - j0] += a * B[j * ldb + k];
           else
@@ -58,6 +58,9 @@ void mf_gemm(int transa, int transb, int64_t M, int64_t N, int64_t K, double alp
   MF_ASSERT(M >= 0 && N >= 0 && K >= 0, "gemm dims %lld %lld %lld", (long long)M, (long long)N,
             (long long)K);
   MF_ASSERT(lda >= (transa ? M : K) && ldb >= (transb ? K : N) && ldc >= N, "gemm leading dims");
+  MF_ASSERT(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
+                ldc <= INT_MAX,
+            "gemm dims exceed the BLAS int range");
   if (M == 0 || N == 0) return;
   if (K == 0 || alpha == 0) {
     for (int64_t i = 0; i < M; i++)

@@ -3,7 +3,6 @@
 #include "ops/layernorm.h"
 
 #include <math.h>
-#include <stdlib.h>
 
 void mf_layernorm_forward(mf_real *out, mf_real *mean, mf_real *rstd, const mf_real *inp,
                           const mf_real *gamma, const mf_real *beta, int64_t M, int C,
@@ -37,8 +36,8 @@ void mf_layernorm_backward(mf_real *dinp, mf_real *dgamma, mf_real *dbeta, const
   MF_ASSERT(C > 0 && M >= 0, "layernorm dims M=%lld C=%d", (long long)M, C);
   MF_ASSERT(mode != MF_LN_IDENTITY, "MF_LN_IDENTITY is not a LayerNorm");
   double *dg = NULL, *db = NULL;
-  if (dgamma && mode != MF_LN_NONE) MF_CHECK_PTR(dg = calloc((size_t)C, sizeof *dg));
-  if (dbeta && mode == MF_LN_FULL) MF_CHECK_PTR(db = calloc((size_t)C, sizeof *db));
+  if (dgamma && mode != MF_LN_NONE) dg = mf_xcalloc((size_t)C * sizeof *dg, "ln dgamma");
+  if (dbeta && mode == MF_LN_FULL) db = mf_xcalloc((size_t)C * sizeof *db, "ln dbeta");
   for (int64_t m = 0; m < M; m++) {
     const mf_real *x = inp + m * C, *dy = dout + m * C;
     double mu = mean[m], r = rstd[m];
@@ -60,6 +59,6 @@ void mf_layernorm_backward(mf_real *dinp, mf_real *dgamma, mf_real *dbeta, const
   }
   for (int c = 0; dg && c < C; c++) dgamma[c] += (mf_real)dg[c];
   for (int c = 0; db && c < C; c++) dbeta[c] += (mf_real)db[c];
-  free(dg);
-  free(db);
+  mf_free(dg);
+  mf_free(db);
 }
