@@ -8,7 +8,10 @@
  *   o[b,r,h,q,:] = Σ_k A·v[b,r,h,k,:]
  *   out = sigmoid(gate) ⊙ o                 (gate, same shape as out, may be NULL)
  *
- * A row whose keys are all masked gives out = 0, lse = -inf and zero gradients (no NaN).
+ * Masked keys are excluded from the softmax, not given -1e9: they get exactly zero weight
+ * and exactly zero dk, dv, dbias. A row whose keys are all masked (or whose valid logits
+ * are all -inf) gives out = 0, lse = -inf and zero gradients (no NaN); with -1e9 masking
+ * such a row would instead average v uniformly. mask: any nonzero byte is valid.
  * Shapes (contiguous, row-major): q, out, gate (B, R, H, Q, D); k, v (B, R, H, K, D);
  * bias (B, H, Q, K) or NULL; mask (B, R, K) uint8, 1 = valid, or NULL (all valid);
  * lse (B, R, H, Q). CPU reference in src/ops/cpu/attention.c; EvoFlash-3D (CUDA) in
@@ -32,11 +35,15 @@ typedef struct {
   double scale; /* multiplies q·k; 1/sqrt(D) in AF3 */
 } mf_attn_dims;
 
+/* out (B, R, H, Q, D); lse (B, R, H, Q) = log Σ_k exp(logits) over the valid keys, the
+ * only statistic the backward needs (may be NULL when no backward follows). */
 void mf_attention_forward(mf_real *out, mf_real *lse, const mf_real *q, const mf_real *k,
                           const mf_real *v, const mf_real *bias, const uint8_t *mask,
                           const mf_real *gate, mf_attn_dims d);
 
-/* dout (B, R, H, Q, D); lse from the forward. */
+/* dq (B, R, H, Q, D), dk, dv (B, R, H, K, D), dbias (B, H, Q, K), dgate (B, R, H, Q, D),
+ * all ASSIGN; dout (B, R, H, Q, D); lse from the forward (required). The probabilities
+ * and the ungated output are recomputed from lse. dgate needs gate. */
 void mf_attention_backward(mf_real *dq, mf_real *dk, mf_real *dv, mf_real *dbias, mf_real *dgate,
                            const mf_real *dout, const mf_real *lse, const mf_real *q,
                            const mf_real *k, const mf_real *v, const mf_real *bias,
