@@ -16,7 +16,7 @@ BUILD    ?= build
 OPT      ?= -O2
 WARN     := -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes
 CFLAGS   := -std=c11 $(OPT) -g $(WARN) -Iinclude -Isrc -MMD -MP -pthread
-LDLIBS   := -lz -ljansson -lm -pthread
+LDLIBS   := -llmdb -lzstd -lz -ljansson -lm -pthread
 SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
 NVFLAGS  := -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -Iinclude -Isrc -Xcompiler -Wall,-Wextra -MMD -MP
@@ -134,10 +134,10 @@ $(TEST_F32:tests/%.c=$(BUILD)/asan/tests/%): $(BUILD)/asan/tests/%: $(BUILD)/asa
 # Kernel lab and GPU tests: CUDA sources linked with the double CPU reference (the oracle).
 $(BUILD)/dev/%: dev/cuda/%.cu $(LIB_CUDA) $(LIB_F64)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVFLAGS) $< -o $@ $(LIB_CUDA) $(LIB_F64) $(CUDA_LIBS) $(if $(HAVE_BLAS),-lopenblas) -lz -ljansson -lm
+	$(NVCC) $(NVFLAGS) $< -o $@ $(LIB_CUDA) $(LIB_F64) $(CUDA_LIBS) $(if $(HAVE_BLAS),-lopenblas) -llmdb -lzstd -lz -ljansson -lm
 $(BUILD)/tests/gpu/%: tests/gpu/%.cu $(BUILD)/f64/tests/harness.o $(LIB_CUDA) $(LIB_F64)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVFLAGS) -DMF_REAL_DOUBLE $< $(BUILD)/f64/tests/harness.o -o $@ $(LIB_CUDA) $(LIB_F64) $(CUDA_LIBS) $(if $(HAVE_BLAS),-lopenblas) -lz -ljansson -lm
+	$(NVCC) $(NVFLAGS) -DMF_REAL_DOUBLE $< $(BUILD)/f64/tests/harness.o -o $@ $(LIB_CUDA) $(LIB_F64) $(CUDA_LIBS) $(if $(HAVE_BLAS),-lopenblas) -llmdb -lzstd -lz -ljansson -lm
 
 # ---------------------------------------------------------------- running
 test: all asan
