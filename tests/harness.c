@@ -117,6 +117,26 @@ void mf_test_free_all(void) {
   g_nallocs = g_capallocs = 0;
 }
 
+double mf_test_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+void mf_test_ref_ln(double *y, const double *x, const double *g, const double *b, int C) {
+  double mu = 0, var = 0;
+  for (int c = 0; c < C; c++) mu += x[c];
+  mu /= C;
+  for (int c = 0; c < C; c++) var += (x[c] - mu) * (x[c] - mu);
+  var /= C;
+  for (int c = 0; c < C; c++)
+    y[c] = (x[c] - mu) / sqrt(var + 1e-5) * (g ? g[c] : 1.0) + (b ? b[c] : 0.0);
+}
+
+void mf_test_ref_matvec(double *out, const double *W, const double *x, int n_out, int n_in) {
+  for (int o = 0; o < n_out; o++) {
+    double s = 0;
+    for (int i = 0; i < n_in; i++) s += W[(int64_t)o * n_in + i] * x[i];
+    out[o] = s;
+  }
+}
+
 double mf_test_dot(const double *a, const double *b, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; i++) s += a[i] * b[i];

@@ -47,6 +47,13 @@ int mf_test_gradcheck_at(const char *file, int line, const char *what, mf_test_l
                          double h, double tol);
 #define mf_test_gradcheck(...) mf_test_gradcheck_at(__FILE__, __LINE__, __VA_ARGS__)
 
+/* Naive double references shared by the tests (independent of the op code):
+ * σ(x); y (C) = LN(x (C)) with eps 1e-5 and population variance, times g and plus b
+ * (either may be NULL); out (n_out) = W (n_out, n_in)·x (n_in). */
+double mf_test_sigmoid(double x);
+void mf_test_ref_ln(double *y, const double *x, const double *g, const double *b, int C);
+void mf_test_ref_matvec(double *out, const double *W, const double *x, int n_out, int n_in);
+
 /* Dot product: the scalar loss Σ out·w used to turn an output into a loss. */
 double mf_test_dot(const double *a, const double *b, int64_t n);
 

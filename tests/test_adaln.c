@@ -13,8 +13,6 @@
 
 _Static_assert(sizeof(mf_real) == sizeof(double), "test_adaln links the double build");
 
-static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
-
 /* (x − μ)/sqrt(var + 1e-5) of one row, population variance */
 static void naive_norm(double *y, const double *x, int C) {
   double mu = 0, var = 0;
@@ -41,7 +39,7 @@ static void naive_adaln(double *out, const double *a, const double *s, const dou
         g += sh[k] * wg[(int64_t)c * Cs + k];
         bt += sh[k] * wb[(int64_t)c * Cs + k];
       }
-      out[m * Ca + c] = sigm(g) * ah[c] + bt;
+      out[m * Ca + c] = mf_test_sigmoid(g) * ah[c] + bt;
     }
   }
 }
@@ -202,7 +200,7 @@ static void test_gate_case(int64_t M, int C, int Cs, int with_bias, uint64_t see
     for (int c = 0; c < C; c++) {
       double g = b ? b[c] : 0;
       for (int k = 0; k < Cs; k++) g += s[m * Cs + k] * w[(int64_t)c * Cs + k];
-      ref[m * C + c] = sigm(g) * x[m * C + c];
+      ref[m * C + c] = mf_test_sigmoid(g) * x[m * C + c];
     }
   mf_test_poison(out, MC);
   mf_adaln_gate_forward(out, x, s, w, b, M, C, Cs);

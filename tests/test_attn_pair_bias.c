@@ -89,15 +89,6 @@ static void setup(mod_t *m, int N, int Cs, int Cz, int H, int D, const uint8_t *
 
 /* ---------------------------------------------------------------- naive reference */
 
-static void naive_ln(double *y, const double *x, const double *gam, const double *bet, int C) {
-  double mu = 0, var = 0;
-  for (int c = 0; c < C; c++) mu += x[c];
-  mu /= C;
-  for (int c = 0; c < C; c++) var += (x[c] - mu) * (x[c] - mu);
-  var /= C;
-  for (int c = 0; c < C; c++) y[c] = (x[c] - mu) / sqrt(var + 1e-5) * gam[c] + bet[c];
-}
-
 /* out (N, Cs) from the equations, all in double, logits materialised per (h, i). */
 static void naive_apb(double *out, const mod_t *m) {
   const int N = m->N, Cs = m->Cs, Cz = m->Cz, H = m->H, D = m->D, HD = H * D;
@@ -107,7 +98,7 @@ static void naive_apb(double *out, const mod_t *m) {
   double *bias = mf_test_alloc((int64_t)H * N * N), *og = mf_test_alloc((int64_t)N * HD);
   double *lg = mf_test_alloc(N);
   for (int i = 0; i < N; i++)
-    naive_ln(a + i * Cs, m->s + i * Cs, m->p[P_LN_S_G], m->p[P_LN_S_B], Cs);
+    mf_test_ref_ln(a + i * Cs, m->s + i * Cs, m->p[P_LN_S_G], m->p[P_LN_S_B], Cs);
   for (int i = 0; i < N; i++)
     for (int o = 0; o < HD; o++) {
       double sq = m->p[P_B_Q][o], sk = 0, sv = 0, sg = 0;
@@ -125,7 +116,7 @@ static void naive_apb(double *out, const mod_t *m) {
     }
   for (int i = 0; i < N; i++)
     for (int j = 0; j < N; j++) {
-      naive_ln(zh, m->z + ((int64_t)i * N + j) * Cz, m->p[P_LN_Z_G], m->p[P_LN_Z_B], Cz);
+      mf_test_ref_ln(zh, m->z + ((int64_t)i * N + j) * Cz, m->p[P_LN_Z_G], m->p[P_LN_Z_B], Cz);
       for (int h = 0; h < H; h++) {
         double b = 0;
         for (int c = 0; c < Cz; c++) b += zh[c] * m->p[P_W_Z][h * Cz + c];

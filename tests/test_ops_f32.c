@@ -61,7 +61,6 @@ static void close_r(const char *what, const mf_real *got, const double *ref, int
 
 /* ------------------------------------------------------------ naive references (double) */
 
-static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 /* out (m, o) = x (m, i) · w (o, i)ᵀ + b (o) */
 static void nv_lin(double *out, const double *x, const double *w, const double *b, int64_t m_,
@@ -219,7 +218,7 @@ static void test_transition(mf_ln_mode mode) {
   else memcpy(xh, x, sizeof(double) * M * C);
   nv_lin(a, xh, wa, NULL, M, C, HD);
   nv_lin(bb, xh, wb, NULL, M, C, HD);
-  for (int64_t i = 0; i < (int64_t)M * HD; i++) h[i] = a[i] * sigm(a[i]) * bb[i];
+  for (int64_t i = 0; i < (int64_t)M * HD; i++) h[i] = a[i] * mf_test_sigmoid(a[i]) * bb[i];
   nv_lin(ref, h, wo, NULL, M, HD, C);
   /* naive backward */
   double *dh = mf_test_alloc(M * HD), *rdwo = mf_test_alloc(C * HD), *rdwa = mf_test_alloc(HD * C);
@@ -227,7 +226,7 @@ static void test_transition(mf_ln_mode mode) {
   double *rdx = mf_test_alloc(M * C), *rdg = mf_test_alloc(C), *rdb = mf_test_alloc(C);
   nv_lin_bwd(dh, rdwo, NULL, dout, h, wo, M, HD, C);
   for (int64_t i = 0; i < (int64_t)M * HD; i++) {
-    double s = sigm(a[i]), da = dh[i] * bb[i] * s * (1 + a[i] * (1 - s)), db_ = dh[i] * a[i] * s;
+    double s = mf_test_sigmoid(a[i]), da = dh[i] * bb[i] * s * (1 + a[i] * (1 - s)), db_ = dh[i] * a[i] * s;
     a[i] = da;
     bb[i] = db_;
   }
@@ -275,13 +274,13 @@ static void test_adaln(void) {
   nv_ln(sh, sn, sr, s, gs, NULL, M, CS, MF_LN_SCALE);
   nv_lin(gl, sh, wg, bg, M, CS, C);
   nv_lin(ref, sh, wb, NULL, M, CS, C);
-  for (int64_t i = 0; i < (int64_t)M * C; i++) ref[i] += sigm(gl[i]) * ah[i];
+  for (int64_t i = 0; i < (int64_t)M * C; i++) ref[i] += mf_test_sigmoid(gl[i]) * ah[i];
   double *dah = mf_test_alloc(M * C), *dgl = mf_test_alloc(M * C), *dsh = mf_test_alloc(M * CS);
   double *dsh2 = mf_test_alloc(M * CS), *rda = mf_test_alloc(M * C), *rds = mf_test_alloc(M * CS);
   double *rdgs = mf_test_alloc(CS), *rdwg = mf_test_alloc(C * CS), *rdbg = mf_test_alloc(C);
   double *rdwb = mf_test_alloc(C * CS);
   for (int64_t i = 0; i < (int64_t)M * C; i++) {
-    double sg = sigm(gl[i]);
+    double sg = mf_test_sigmoid(gl[i]);
     dah[i] = dout[i] * sg;
     dgl[i] = dout[i] * ah[i] * sg * (1 - sg);
   }
@@ -312,7 +311,7 @@ static void test_adaln(void) {
   double *gdw = mf_test_alloc(C * CS), *gdb = mf_test_alloc(C);
   nv_lin(gl, s, wg, bg, M, CS, C);
   for (int64_t i = 0; i < (int64_t)M * C; i++) {
-    double sg = sigm(gl[i]);
+    double sg = mf_test_sigmoid(gl[i]);
     gref[i] = sg * a[i];
     gdx[i] = dout[i] * sg;
     dgl[i] = dout[i] * a[i] * sg * (1 - sg);

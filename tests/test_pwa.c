@@ -20,15 +20,6 @@ typedef struct {
   mf_pwa_weights w;
 } ctx_t;
 
-static void ref_ln(double *y, const double *x, const double *g, const double *b, int C) {
-  double mu = 0, var = 0;
-  for (int k = 0; k < C; k++) mu += x[k];
-  mu /= C;
-  for (int k = 0; k < C; k++) var += (x[k] - mu) * (x[k] - mu);
-  var /= C;
-  for (int k = 0; k < C; k++) y[k] = (x[k] - mu) / sqrt(var + 1e-5) * g[k] + b[k];
-}
-
 /* Independent reference from the equations, in double. */
 static void ref_pwa(double *out, const double *m, const double *z, const uint8_t *mask,
                     const mf_pwa_weights *w, mf_pwa_dims d) {
@@ -39,7 +30,7 @@ static void ref_pwa(double *out, const double *m, const double *z, const uint8_t
   double *o = mf_test_alloc(HC);
   for (int s = 0; s < S; s++)
     for (int n = 0; n < N; n++) {
-      ref_ln(x, m + ((int64_t)s * N + n) * Cm, w->ln_m_g, w->ln_m_b, Cm);
+      mf_test_ref_ln(x, m + ((int64_t)s * N + n) * Cm, w->ln_m_g, w->ln_m_b, Cm);
       for (int q = 0; q < HC; q++) {
         double sv = 0, sg = 0;
         for (int k = 0; k < Cm; k++) {
@@ -52,7 +43,7 @@ static void ref_pwa(double *out, const double *m, const double *z, const uint8_t
     }
   for (int i = 0; i < N; i++)
     for (int j = 0; j < N; j++) {
-      ref_ln(zl, z + ((int64_t)i * N + j) * Cz, w->ln_z_g, w->ln_z_b, Cz);
+      mf_test_ref_ln(zl, z + ((int64_t)i * N + j) * Cz, w->ln_z_g, w->ln_z_b, Cz);
       for (int h = 0; h < H; h++) {
         double s = 0;
         for (int k = 0; k < Cz; k++) s += zl[k] * w->w_b[h * Cz + k];

@@ -15,27 +15,6 @@
 
 /* ------------------------------------------------------------ naive reference */
 
-static double ref_sigmoid(double v) { return 1.0 / (1.0 + exp(-v)); }
-
-/* y (n) = LN(x (n)) with γ, β; eps 1e-5, population variance */
-static void ref_ln(double *y, const double *x, const double *g, const double *b, int n) {
-  double mu = 0, var = 0;
-  for (int c = 0; c < n; c++) mu += x[c];
-  mu /= n;
-  for (int c = 0; c < n; c++) var += (x[c] - mu) * (x[c] - mu);
-  var /= n;
-  for (int c = 0; c < n; c++) y[c] = (x[c] - mu) / sqrt(var + 1e-5) * g[c] + b[c];
-}
-
-/* out (n_out) = W (n_out, n_in) · x (n_in) */
-static void ref_matvec(double *out, const double *W, const double *x, int n_out, int n_in) {
-  for (int o = 0; o < n_out; o++) {
-    double s = 0;
-    for (int i = 0; i < n_in; i++) s += W[o * n_in + i] * x[i];
-    out[o] = s;
-  }
-}
-
 /* out (N, N, C): Alg 14 (starting) / Alg 15 (ending), straight from the equations.
  * Masked keys are left out of the softmax; a query with no valid key gets o = 0. */
 static void ref_triatt(double *out, const double *z, const uint8_t *pm, const mf_triatt_weights *w,
@@ -47,12 +26,12 @@ static void ref_triatt(double *out, const double *z, const uint8_t *pm, const mf
   double *logit = mf_test_alloc((int64_t)N * N * N * H); /* (i, j, k, h) */
   double *o = mf_test_alloc(HD);
   for (int64_t m = 0; m < M; m++) {
-    ref_ln(x + m * C, z + m * C, w->ln_g, w->ln_b, C);
-    ref_matvec(q + m * HD, w->w_q, x + m * C, HD, C);
-    ref_matvec(k + m * HD, w->w_k, x + m * C, HD, C);
-    ref_matvec(v + m * HD, w->w_v, x + m * C, HD, C);
-    ref_matvec(g + m * HD, w->w_g, x + m * C, HD, C);
-    ref_matvec(b + m * H, w->w_b, x + m * C, H, C);
+    mf_test_ref_ln(x + m * C, z + m * C, w->ln_g, w->ln_b, C);
+    mf_test_ref_matvec(q + m * HD, w->w_q, x + m * C, HD, C);
+    mf_test_ref_matvec(k + m * HD, w->w_k, x + m * C, HD, C);
+    mf_test_ref_matvec(v + m * HD, w->w_v, x + m * C, HD, C);
+    mf_test_ref_matvec(g + m * HD, w->w_g, x + m * C, HD, C);
+    mf_test_ref_matvec(b + m * H, w->w_b, x + m * C, H, C);
   }
 #define AT(a, b) ((int64_t)(a) * N + (b))
   for (int i = 0; i < N; i++)
@@ -84,11 +63,11 @@ static void ref_triatt(double *out, const double *z, const uint8_t *pm, const mf
           for (int d = 0; d < D; d++) o[h * D + d] += p * v[key * HD + h * D + d];
         }
         for (int d = 0; d < D; d++) {
-          double gate = ref_sigmoid(g[AT(i, j) * HD + h * D + d]);
+          double gate = mf_test_sigmoid(g[AT(i, j) * HD + h * D + d]);
           o[h * D + d] = sum > 0 ? gate * o[h * D + d] / sum : 0;
         }
       }
-      ref_matvec(out + AT(i, j) * C, w->w_o, o, C, HD);
+      mf_test_ref_matvec(out + AT(i, j) * C, w->w_o, o, C, HD);
     }
 #undef AT
 }

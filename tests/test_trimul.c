@@ -14,27 +14,6 @@
 
 /* ------------------------------------------------------------ naive reference */
 
-static double ref_sigmoid(double v) { return 1.0 / (1.0 + exp(-v)); }
-
-/* y (n) = LN(x (n)) with γ, β; eps 1e-5, population variance */
-static void ref_ln(double *y, const double *x, const double *g, const double *b, int n) {
-  double mu = 0, var = 0;
-  for (int c = 0; c < n; c++) mu += x[c];
-  mu /= n;
-  for (int c = 0; c < n; c++) var += (x[c] - mu) * (x[c] - mu);
-  var /= n;
-  for (int c = 0; c < n; c++) y[c] = (x[c] - mu) / sqrt(var + 1e-5) * g[c] + b[c];
-}
-
-/* out (n_out) = W (n_out, n_in) · x (n_in) */
-static void ref_matvec(double *out, const double *W, const double *x, int n_out, int n_in) {
-  for (int o = 0; o < n_out; o++) {
-    double s = 0;
-    for (int i = 0; i < n_in; i++) s += W[o * n_in + i] * x[i];
-    out[o] = s;
-  }
-}
-
 /* out (N, N, C): Δz of Alg 12 (outgoing) / Alg 13 (incoming), straight from the equations. */
 static void ref_trimul(double *out, const double *z, const uint8_t *pm, const mf_trimul_weights *w,
                        int N, int C, int Ch, int outgoing) {
@@ -43,14 +22,14 @@ static void ref_trimul(double *out, const double *z, const uint8_t *pm, const mf
   double *p = mf_test_alloc(Ch), *g = mf_test_alloc(Ch), *t = mf_test_alloc(Ch);
   double *y = mf_test_alloc(Ch), *gate = mf_test_alloc(C), *u = mf_test_alloc(C);
   for (int64_t m = 0; m < M; m++) {
-    ref_ln(x + m * C, z + m * C, w->ln_in_g, w->ln_in_b, C);
+    mf_test_ref_ln(x + m * C, z + m * C, w->ln_in_g, w->ln_in_b, C);
     double mk = pm ? pm[m] : 1;
-    ref_matvec(p, w->w_ap, x + m * C, Ch, C);
-    ref_matvec(g, w->w_ag, x + m * C, Ch, C);
-    for (int c = 0; c < Ch; c++) A[m * Ch + c] = mk * ref_sigmoid(g[c]) * p[c];
-    ref_matvec(p, w->w_bp, x + m * C, Ch, C);
-    ref_matvec(g, w->w_bg, x + m * C, Ch, C);
-    for (int c = 0; c < Ch; c++) B[m * Ch + c] = mk * ref_sigmoid(g[c]) * p[c];
+    mf_test_ref_matvec(p, w->w_ap, x + m * C, Ch, C);
+    mf_test_ref_matvec(g, w->w_ag, x + m * C, Ch, C);
+    for (int c = 0; c < Ch; c++) A[m * Ch + c] = mk * mf_test_sigmoid(g[c]) * p[c];
+    mf_test_ref_matvec(p, w->w_bp, x + m * C, Ch, C);
+    mf_test_ref_matvec(g, w->w_bg, x + m * C, Ch, C);
+    for (int c = 0; c < Ch; c++) B[m * Ch + c] = mk * mf_test_sigmoid(g[c]) * p[c];
   }
   for (int i = 0; i < N; i++)
     for (int j = 0; j < N; j++) {
@@ -64,11 +43,11 @@ static void ref_trimul(double *out, const double *z, const uint8_t *pm, const mf
         }
         t[c] = s;
       }
-      ref_ln(y, t, w->ln_out_g, w->ln_out_b, Ch);
+      mf_test_ref_ln(y, t, w->ln_out_g, w->ln_out_b, Ch);
       const double *xij = x + ((int64_t)i * N + j) * C;
-      ref_matvec(gate, w->w_g, xij, C, C);
-      ref_matvec(u, w->w_z, y, C, Ch);
-      for (int c = 0; c < C; c++) out[((int64_t)i * N + j) * C + c] = ref_sigmoid(gate[c]) * u[c];
+      mf_test_ref_matvec(gate, w->w_g, xij, C, C);
+      mf_test_ref_matvec(u, w->w_z, y, C, Ch);
+      for (int c = 0; c < C; c++) out[((int64_t)i * N + j) * C + c] = mf_test_sigmoid(gate[c]) * u[c];
     }
 }
 
