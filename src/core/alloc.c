@@ -3,6 +3,7 @@
  * mf_free can account without a lookup table. */
 #include "alloc.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,9 +16,13 @@ typedef struct {
   uint64_t bytes;
 } host_hdr;
 
-static mf_mem_stats_t g_stats[2];
-static int64_t g_fail_after = -1;
-static int64_t g_injected = 0;
+/* Counters are atomic: prep and the loader allocate from several threads. */
+typedef struct {
+  _Atomic int64_t current, peak, count;
+} stats_atomic;
+static stats_atomic g_stats[2];
+static _Atomic int64_t g_fail_after = -1;
+static _Atomic int64_t g_injected = 0;
 static const mf_device_allocator *g_device = NULL;
 
 size_t mf_align_up(size_t bytes) { return (bytes + MF_ALIGN - 1) & ~(size_t)(MF_ALIGN - 1); }
@@ -25,23 +30,26 @@ size_t mf_align_up(size_t bytes) { return (bytes + MF_ALIGN - 1) & ~(size_t)(MF_
 void mf_alloc_fail_after(int64_t n) { g_fail_after = n; }
 int64_t mf_alloc_injected_failures(void) { return g_injected; }
 
-/* 1 if this allocation must fail by injection. */
+/* 1 if this allocation must fail by injection (exactly one caller wins the 0). */
 static int inject(void) {
-  if (g_fail_after < 0) return 0;
-  if (g_fail_after == 0) {
-    g_fail_after = -1;
-    g_injected++;
-    return 1;
+  int64_t n = atomic_load(&g_fail_after);
+  while (n >= 0) {
+    if (atomic_compare_exchange_weak(&g_fail_after, &n, n - 1)) {
+      if (n > 0) return 0;
+      atomic_fetch_add(&g_injected, 1);
+      return 1;
+    }
   }
-  g_fail_after--;
   return 0;
 }
 
 static void account(mf_device dev, int64_t delta) {
-  mf_mem_stats_t *s = &g_stats[dev];
-  s->current += delta;
-  s->count += delta > 0 ? 1 : -1;
-  if (s->current > s->peak) s->peak = s->current;
+  stats_atomic *s = &g_stats[dev];
+  int64_t cur = atomic_fetch_add(&s->current, delta) + delta;
+  atomic_fetch_add(&s->count, delta > 0 ? 1 : -1);
+  int64_t pk = atomic_load(&s->peak);
+  while (cur > pk && !atomic_compare_exchange_weak(&s->peak, &pk, cur)) {
+  }
 }
 
 void *mf_malloc(size_t bytes, const char *what) {
@@ -121,8 +129,14 @@ void mf_dfree(void *p, size_t bytes) {
   account(MF_DEVICE, -(int64_t)bytes);
 }
 
-mf_mem_stats_t mf_mem_stats(mf_device dev) { return g_stats[dev]; }
-void mf_mem_reset_peak(mf_device dev) { g_stats[dev].peak = g_stats[dev].current; }
+mf_mem_stats_t mf_mem_stats(mf_device dev) {
+  mf_mem_stats_t r = {atomic_load(&g_stats[dev].current), atomic_load(&g_stats[dev].peak),
+                      atomic_load(&g_stats[dev].count)};
+  return r;
+}
+void mf_mem_reset_peak(mf_device dev) {
+  atomic_store(&g_stats[dev].peak, atomic_load(&g_stats[dev].current));
+}
 
 mf_status mf_arena_init(mf_arena *a, mf_device dev, size_t capacity, const char *name) {
   memset(a, 0, sizeof *a);

@@ -6,7 +6,8 @@
  * from an allocator the CUDA backend registers (mf_cuda_init in src/ops/cuda/device.cu),
  * which keeps this library free of CUDA; without one, mf_dmalloc returns NULL with an
  * error message. mf_alloc_fail_after(n) makes the n-th next allocation fail,
- * so tests can walk every failure path (as Lua's ltests.c allocator does). */
+ * so tests can walk every failure path (as Lua's ltests.c allocator does). The counters and
+ * the injection switch are atomic: allocation is thread-safe. */
 #ifndef MF_ALLOC_H
 #define MF_ALLOC_H
 
