@@ -1,0 +1,162 @@
+/* textfile.c — whole-file reads with transparent gzip (zlib inflate over the file's bytes).
+ * See textfile.h. Not a streaming reader; not a parser. */
+#include "data/textfile.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <zlib.h>
+
+/* Grows an mf_malloc'd buffer to at least `need` bytes (+1 for the NUL), keeping `used`. */
+static mf_status grow(char **buf, size_t *cap, size_t used, size_t need, const char *what) {
+  if (need + 1 <= *cap) return MF_OK;
+  size_t ncap = *cap ? *cap : 4096;
+  while (ncap < need + 1) {
+    if (ncap > SIZE_MAX / 2) return mf_error_set(MF_ERR_NOMEM, "%s: text too large", what);
+    ncap *= 2;
+  }
+  char *nb = mf_malloc(ncap, what);
+  if (!nb) return MF_ERR_NOMEM;
+  if (used) memcpy(nb, *buf, used);
+  mf_free(*buf);
+  *buf = nb;
+  *cap = ncap;
+  return MF_OK;
+}
+
+static int is_gzip(const unsigned char *b, size_t n) { return n >= 2 && b[0] == 0x1f && b[1] == 0x8b; }
+
+static mf_status inflate_all(const unsigned char *in, size_t n, const char *what, char **data,
+                             size_t *len) {
+  /* ISIZE (last 4 bytes, little endian) is the size of the last member mod 2^32: a hint. */
+  size_t hint = n >= 18 ? (size_t)in[n - 4] | (size_t)in[n - 3] << 8 | (size_t)in[n - 2] << 16 |
+                              (size_t)in[n - 1] << 24
+                        : 0;
+  if (hint < n) hint = n * 4;
+  if (n < SIZE_MAX / 1032 && hint > n * 1032) hint = n * 1032; /* deflate's maximum ratio */
+  char *out = NULL;
+  size_t cap = 0, used = 0;
+  mf_status st = grow(&out, &cap, 0, hint, what);
+  if (st != MF_OK) return st;
+
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  if (inflateInit2(&zs, 15 + 16) != Z_OK) {
+    mf_free(out);
+    return mf_error_set(MF_ERR_RUNTIME, "%s: zlib inflateInit2 failed", what);
+  }
+  size_t pos = 0; /* input bytes consumed */
+  int member = 1;
+  for (;;) {
+    zs.avail_in = 0;
+    for (;;) {
+      if (zs.avail_in == 0 && pos < n) { /* (re)fill: the input may exceed one uInt */
+        size_t left = n - pos;
+        zs.next_in = (Bytef *)(in + pos);
+        zs.avail_in = left > UINT_MAX ? UINT_MAX : (uInt)left;
+      }
+      if (cap - 1 - used == 0) {
+        st = grow(&out, &cap, used, cap * 2, what);
+        if (st != MF_OK) goto fail;
+      }
+      size_t room = cap - 1 - used;
+      zs.next_out = (Bytef *)(out + used);
+      zs.avail_out = room > UINT_MAX ? UINT_MAX : (uInt)room;
+      uInt before_out = zs.avail_out, before_in = zs.avail_in;
+      int ret = inflate(&zs, Z_NO_FLUSH);
+      used += before_out - zs.avail_out;
+      pos += before_in - zs.avail_in;
+      if (ret == Z_STREAM_END) break;
+      if (ret == Z_OK) continue;
+      if (ret == Z_BUF_ERROR && zs.avail_in == 0 && pos == n) {
+        st = mf_error_set(MF_ERR_FORMAT,
+                          "%s: truncated gzip data (member %d cut off after %zu compressed bytes, "
+                          "%zu bytes inflated)",
+                          what, member, n, used);
+        goto fail;
+      }
+      st = mf_error_set(MF_ERR_FORMAT, "%s: corrupt gzip data in member %d at compressed byte "
+                        "%zu: %s", what, member, pos, zs.msg ? zs.msg : "inflate error");
+      goto fail;
+    }
+    /* member done: another member, zero padding, or garbage */
+    size_t k = pos;
+    while (k < n && in[k] == 0) k++;
+    if (k == n) break;
+    if (!is_gzip(in + pos, n - pos)) {
+      st = mf_error_set(MF_ERR_FORMAT, "%s: %zu bytes of trailing garbage after gzip member %d",
+                        what, n - pos, member);
+      goto fail;
+    }
+    inflateReset(&zs);
+    member++;
+  }
+  inflateEnd(&zs);
+  out[used] = '\0';
+  *data = out;
+  *len = used;
+  return MF_OK;
+fail:
+  inflateEnd(&zs);
+  mf_free(out);
+  return st;
+}
+
+mf_status mf_textfile_from_bytes(const void *bytes, size_t n, const char *what, char **data,
+                                 size_t *len) {
+  *data = NULL;
+  *len = 0;
+  if (is_gzip(bytes, n)) return inflate_all(bytes, n, what, data, len);
+  char *out = mf_malloc(n + 1, what);
+  if (!out) return MF_ERR_NOMEM;
+  if (n) memcpy(out, bytes, n);
+  out[n] = '\0';
+  *data = out;
+  *len = n;
+  return MF_OK;
+}
+
+mf_status mf_textfile_read(const char *path, char **data, size_t *len) {
+  *data = NULL;
+  *len = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return mf_error_set(MF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  char *raw = NULL;
+  size_t cap = 0, used = 0;
+  mf_status st = MF_OK;
+  for (;;) {
+    if (cap == 0 || used + 1 >= cap) {
+      st = grow(&raw, &cap, used, cap ? cap * 2 : 1 << 16, path);
+      if (st != MF_OK) break;
+    }
+    size_t got = fread(raw + used, 1, cap - 1 - used, f);
+    used += got;
+    if (got == 0) {
+      if (ferror(f)) st = mf_error_set(MF_ERR_IO, "%s: read error: %s", path, strerror(errno));
+      break;
+    }
+  }
+  fclose(f);
+  if (st != MF_OK) {
+    mf_free(raw);
+    return st;
+  }
+  if (!is_gzip((unsigned char *)raw, used)) { /* plain: hand over the buffer itself */
+    raw[used] = '\0';
+    *data = raw;
+    *len = used;
+    return MF_OK;
+  }
+  st = inflate_all((unsigned char *)raw, used, path, data, len);
+  mf_free(raw);
+  return st;
+}
+
+int mf_textfile_find_nul(const char *data, size_t n, size_t *offset) {
+  const char *p = memchr(data, '\0', n);
+  if (!p) return 0;
+  if (offset) *offset = (size_t)(p - data);
+  return 1;
+}
