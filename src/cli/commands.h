@@ -4,5 +4,6 @@
 
 int mf_cmd_info(int argc, char **argv);
 int mf_cmd_demo(int argc, char **argv);
+int mf_cmd_prep(int argc, char **argv);
 
 #endif
