@@ -134,7 +134,7 @@ $(TEST_F32:tests/%.c=$(BUILD)/asan/tests/%): $(BUILD)/asan/tests/%: $(BUILD)/asa
 # Kernel lab and GPU tests: CUDA sources linked with the double CPU reference (the oracle).
 $(BUILD)/dev/%: dev/cuda/%.cu $(LIB_CUDA) $(LIB_F64)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVFLAGS) $< -o $@ $(LIB_CUDA) $(LIB_F64) $(CUDA_LIBS) $(if $(HAVE_BLAS),-lopenblas) -llmdb -lzstd -lz -ljansson -lm
+	$(NVCC) $(NVFLAGS) -DMF_REAL_DOUBLE $< -o $@ $(LIB_CUDA) $(LIB_F64) $(CUDA_LIBS) $(if $(HAVE_BLAS),-lopenblas) -llmdb -lzstd -lz -ljansson -lm
 $(BUILD)/tests/gpu/%: tests/gpu/%.cu $(BUILD)/f64/tests/harness.o $(LIB_CUDA) $(LIB_F64)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -DMF_REAL_DOUBLE $< $(BUILD)/f64/tests/harness.o -o $@ $(LIB_CUDA) $(LIB_F64) $(CUDA_LIBS) $(if $(HAVE_BLAS),-lopenblas) -llmdb -lzstd -lz -ljansson -lm

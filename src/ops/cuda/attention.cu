@@ -1,0 +1,1012 @@
+/* attention.cu — EvoFlash-3D: fused attention with a pair bias broadcast over rows, on
+ * the GPU, forward and backward (the function of src/ops/attention.h; C entry points
+ * and shapes in attention_cuda.h). bf16 in and out, fp32 accumulation, fp32 lse.
+ * Not the CPU reference (src/ops/cpu/attention.c) and not the kernel lab
+ * (dev/cuda/attention_lab.cu, which times the versions side by side).
+ *
+ * Kernels (tiles of BQ = 64 queries × BK = 64 keys, 4 warps, one warp per 16 rows,
+ * head dim padded to DP ∈ {16, 32, 48, 64} in shared memory):
+ *   fwd_kernel     one CTA per (b, r, h, query tile); online softmax over key tiles in
+ *                  registers (exponentials as ex2 of log2e·(s − max)); logits never
+ *                  leave the chip; saves lse only. Key tiles double-buffered (cp.async);
+ *                  a tile whose keys are all valid skips the per-logit mask.
+ *   prep_kernel    backward prologue, one thread per row: Di = Σ_d dout·out (fp32), and
+ *                  with a gate dgate = dout·out·(1 − σ(gate)), dO = dout·σ(gate).
+ *   dkdv_kernel    one CTA per (b, r, h, key tile), loops over query tiles:
+ *                  Sᵀ = K·Qᵀ, Pᵀ = exp(Sᵀ − lse), dPᵀ = V·dOᵀ, dSᵀ = Pᵀ(dPᵀ − Di),
+ *                  dV = Σ Pᵀ·dO, dK = scale·Σ dSᵀ·Q.
+ *   dq_kernel      one CTA per (b, r, h, query tile), loops over key tiles:
+ *                  dQ = scale·Σ dS·K; when R = 1 it also writes dbias = dS (no sum to do).
+ *   dbias_kernel   one CTA per (b, h, query tile, key tile), loops over r = 0..R-1 in
+ *                  order, accumulating dS in fp32 registers: dbias = Σ_r dS without
+ *                  atomics, bit-identical run to run, extra memory O(B·H·Q·K) = dbias.
+ * No kernel uses atomics; every output element is written by exactly one thread.
+ * Fully masked rows (no valid key): out = 0, lse = -inf, zero gradients, no NaN.
+ * Version history and timings: dev/cuda/README.md.
+ *
+ * Portability (DESIGN.md): the matrix products go through mma_16816(), ldsm_x4() and
+ * cp_async16(), each with an sm_80+ path (mma.sync m16n8k16 bf16, ldmatrix, cp.async)
+ * and a portable path of the same fragment semantics (warp shuffles, FMAs, plain loads),
+ * chosen by the template flag MMA; mf_attention_cuda_set_variant(1) runs the portable
+ * one (the lab and the tests check both). The fragment layouts are those of a 32-lane
+ * warp, which the portable path emulates with shuffles. */
+#include "attention_cuda.h"
+#include "gpu.h"
+
+#include <math.h>
+#include <stdint.h>
+
+#define ATT_BQ 64
+#define ATT_BK 64
+#define ATT_WARPS 4
+#define ATT_THREADS (ATT_WARPS * MF_WARP_SIZE)
+#define ATT_BP (ATT_BK + 8) /* pitch (elements) of a (BQ, BK) bias tile in shared memory */
+#define ATT_LOG2E 1.4426950408889634f
+#define ATT_LN2 0.69314718055994531f
+
+static_assert(MF_WARP_SIZE == 32, "the m16n8k16 fragment layout is that of a 32-lane warp");
+
+typedef mf_bf16_t bf16;
+
+static int g_variant = 0; /* 0: mma.sync, 1: portable */
+
+/* ------------------------------------------------------------------------------------
+ * Fragment primitives. A fragment of m16n8k16 (bf16): lane = 4g + t;
+ *   A (16×16, row-major) a0: (g, 2t..2t+1) a1: (g+8, 2t..) a2: (g, 2t+8..) a3: (g+8, 2t+8..)
+ *   B (16×8, k × n)      b0: (k = 2t..2t+1, n = g)  b1: (k = 2t+8..2t+9, n = g)
+ *   C (16×8, fp32)       c0, c1: (g, 2t..2t+1)     c2, c3: (g+8, 2t..2t+1)
+ * The lower index of a pair sits in the low 16 bits. */
+
+__device__ __forceinline__ float lo_f(uint32_t x) { return __uint_as_float(x << 16); }
+__device__ __forceinline__ float hi_f(uint32_t x) { return __uint_as_float(x & 0xffff0000u); }
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* Portable c += a·b: every lane gathers the row of A and the column of B it needs. */
+__device__ __forceinline__ void mma_portable(float c[4], const uint32_t a[4], uint32_t b0,
+                                             uint32_t b1) {
+  const int lane = threadIdx.x % MF_WARP_SIZE, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int tk = 0; tk < 4; tk++) {
+    const uint32_t A0 = __shfl_sync(0xffffffffu, a[0], g * 4 + tk);
+    const uint32_t A1 = __shfl_sync(0xffffffffu, a[1], g * 4 + tk);
+    const uint32_t A2 = __shfl_sync(0xffffffffu, a[2], g * 4 + tk);
+    const uint32_t A3 = __shfl_sync(0xffffffffu, a[3], g * 4 + tk);
+    const uint32_t B00 = __shfl_sync(0xffffffffu, b0, (2 * t) * 4 + tk);
+    const uint32_t B10 = __shfl_sync(0xffffffffu, b1, (2 * t) * 4 + tk);
+    const uint32_t B01 = __shfl_sync(0xffffffffu, b0, (2 * t + 1) * 4 + tk);
+    const uint32_t B11 = __shfl_sync(0xffffffffu, b1, (2 * t + 1) * 4 + tk);
+    c[0] += lo_f(A0) * lo_f(B00) + hi_f(A0) * hi_f(B00) + lo_f(A2) * lo_f(B10) + hi_f(A2) * hi_f(B10);
+    c[1] += lo_f(A0) * lo_f(B01) + hi_f(A0) * hi_f(B01) + lo_f(A2) * lo_f(B11) + hi_f(A2) * hi_f(B11);
+    c[2] += lo_f(A1) * lo_f(B00) + hi_f(A1) * hi_f(B00) + lo_f(A3) * lo_f(B10) + hi_f(A3) * hi_f(B10);
+    c[3] += lo_f(A1) * lo_f(B01) + hi_f(A1) * hi_f(B01) + lo_f(A3) * lo_f(B11) + hi_f(A3) * hi_f(B11);
+  }
+}
+
+/* sm_80+: one tensor-core instruction. */
+__device__ __forceinline__ void mma_sm80(float c[4], const uint32_t a[4], uint32_t b0,
+                                         uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  mma_portable(c, a, b0, b1);
+#endif
+}
+
+/* 2^x: sm_80+ one MUFU.EX2 (flush to zero, 2^-inf = 0); portable: exp2f. */
+__device__ __forceinline__ float ex2_sm80(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
+template <bool MMA>
+__device__ __forceinline__ float fast_exp2(float x) {
+  if constexpr (MMA) return ex2_sm80(x);
+  else return exp2f(x);
+}
+
+template <bool MMA>
+__device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                          uint32_t b1) {
+  if constexpr (MMA) mma_sm80(c, a, b0, b1);
+  else mma_portable(c, a, b0, b1);
+}
+
+/* Four 8×8 bf16 matrices from shared memory; lane l gives the address of row l%8 of
+ * matrix l/8. Plain: lane 4g+t gets (row g, cols 2t..2t+1) of each; TRANS: (rows 2t..2t+1,
+ * col g), i.e. the fragment of the transposed matrix. */
+template <bool TRANS>
+__device__ __forceinline__ void ldsm_x4_portable(uint32_t r[4], const bf16 *p) {
+  const int lane = threadIdx.x % MF_WARP_SIZE, g = lane >> 2, t = lane & 3;
+  const unsigned long long mine = (unsigned long long)(uintptr_t)p;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    if (!TRANS) {
+      const bf16 *row = (const bf16 *)(uintptr_t)__shfl_sync(0xffffffffu, mine, 8 * i + g);
+      r[i] = *reinterpret_cast<const uint32_t *>(row + 2 * t);
+    } else {
+      const bf16 *r0 = (const bf16 *)(uintptr_t)__shfl_sync(0xffffffffu, mine, 8 * i + 2 * t);
+      const bf16 *r1 = (const bf16 *)(uintptr_t)__shfl_sync(0xffffffffu, mine, 8 * i + 2 * t + 1);
+      const uint32_t lo = *reinterpret_cast<const unsigned short *>(r0 + g);
+      const uint32_t hi = *reinterpret_cast<const unsigned short *>(r1 + g);
+      r[i] = lo | (hi << 16);
+    }
+  }
+}
+
+template <bool TRANS>
+__device__ __forceinline__ void ldsm_x4_sm80(uint32_t r[4], const bf16 *p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+  if (TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+#else
+  ldsm_x4_portable<TRANS>(r, p);
+#endif
+}
+
+template <bool MMA, bool TRANS>
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const bf16 *p) {
+  if constexpr (MMA) ldsm_x4_sm80<TRANS>(r, p);
+  else ldsm_x4_portable<TRANS>(r, p);
+}
+
+/* 16 bytes global → shared; zero-filled when !ok (src is then not read). */
+template <bool MMA>
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool ok) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (MMA) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src),
+                 "r"(ok ? 16 : 0));
+    return;
+  }
+#endif
+  *reinterpret_cast<uint4 *>(dst) = ok ? *reinterpret_cast<const uint4 *>(src) : make_uint4(0, 0, 0, 0);
+}
+template <bool MMA>
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (MMA) asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <bool MMA, int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (MMA) asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+/* ------------------------------------------------------------------------------------
+ * Tile loads into shared memory. */
+
+/* Loads of a (64, DP) row tile (q, k, v or dO rows) into shared memory (pitch DP+8),
+ * planned once per thread: the 64·DP/8 16-byte chunks split exactly over the 128 threads
+ * (DP/16 each), so a tile costs each thread DP/16 predicated copies and no index
+ * arithmetic. Chunks past D (head-dim padding) or past the valid rows are zero-filled. */
+template <int DP>
+struct row_plan {
+  static constexpr int CH = DP / 8, NJ = 64 * CH / ATT_THREADS;
+  static_assert(64 * CH % ATT_THREADS == 0, "chunks split evenly over the threads");
+  int goff[NJ], soff[NJ], row[NJ];
+  __device__ __forceinline__ explicit row_plan(int D) {
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+      const int i = threadIdx.x + j * ATT_THREADS, r = i / CH, c = i % CH;
+      goff[j] = r * D + c * 8;
+      soff[j] = r * (DP + 8) + c * 8;
+      row[j] = c * 8 < D ? r : 1 << 30; /* padding columns: never valid, zero-filled */
+    }
+  }
+  /* s (64, DP+8) ← rows [0, nrows) of g (·, D). */
+  template <bool MMA>
+  __device__ __forceinline__ void load(bf16 *s, const bf16 *g, int nrows) const {
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+      const bool ok = row[j] < nrows;
+      cp_async16<MMA>(s + soff[j], ok ? g + goff[j] : g, ok);
+    }
+  }
+};
+
+/* Loads of a (BQ, BK) bias tile (row stride ld) into shared memory (pitch ATT_BP): 16-byte
+ * copies, 4 per thread, when rows are 16-byte aligned (ld % 8 == 0); else one element at
+ * a time. Zero outside the valid rows/cols, all zero when g is NULL. */
+struct bias_plan {
+  int off[4], row0, c;
+  int64_t ld;
+  __device__ __forceinline__ explicit bias_plan(int64_t ld_) : ld(ld_) {
+    row0 = threadIdx.x / (ATT_BK / 8);
+    c = (threadIdx.x % (ATT_BK / 8)) * 8;
+#pragma unroll
+    for (int j = 0; j < 4; j++) off[j] = (int)((row0 + 16 * j) * ld + c);
+  }
+  template <bool MMA>
+  __device__ __forceinline__ void load(bf16 *s, const bf16 *g, int rows, int cols) const {
+    static_assert(ATT_BQ * ATT_BK / 8 == 4 * ATT_THREADS, "4 chunks per thread");
+    if (g && (ld & 7) == 0) {
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const bool ok = row0 + 16 * j < rows && c < cols;
+        cp_async16<MMA>(s + (row0 + 16 * j) * ATT_BP + c, ok ? g + off[j] : g, ok);
+      }
+    } else {
+      unsigned short *su = reinterpret_cast<unsigned short *>(s);
+      const unsigned short *gu = reinterpret_cast<const unsigned short *>(g);
+      for (int i = threadIdx.x; i < ATT_BQ * ATT_BK; i += ATT_THREADS) {
+        const int row = i / ATT_BK, cc = i % ATT_BK;
+        su[row * ATT_BP + cc] = (g && row < rows && cc < cols) ? gu[row * ld + cc] : 0;
+      }
+    }
+  }
+};
+
+/* s (BK) ← 1 where key k0+c is in range and valid; mrow (K) or NULL. The words
+ * s[BK..BK+7] get, per warp of the first two, whether all its keys are valid, so that
+ * all_valid() lets a whole tile skip the per-element mask. */
+__device__ __forceinline__ void load_mask(uint8_t *s, const uint8_t *mrow, int k0, int K) {
+  static_assert(ATT_BK == 2 * MF_WARP_SIZE && ATT_THREADS >= ATT_BK, "one key per thread of 2 warps");
+  if (threadIdx.x < ATT_BK) {
+    const int c = threadIdx.x;
+    const bool ok = (k0 + c < K) && (!mrow || mrow[k0 + c]);
+    s[c] = ok;
+    const bool all = __all_sync(0xffffffffu, ok);
+    if (threadIdx.x % MF_WARP_SIZE == 0) reinterpret_cast<int *>(s + ATT_BK)[threadIdx.x / MF_WARP_SIZE] = all;
+  }
+}
+__device__ __forceinline__ bool all_valid(const uint8_t *s) {
+  const int *f = reinterpret_cast<const int *>(s + ATT_BK);
+  return f[0] && f[1];
+}
+#define ATT_MS (ATT_BK + 16) /* bytes of one stage of load_mask() */
+
+/* A fragments of this warp's 16 rows of a (64, DP+8) tile: f[kk] covers cols 16kk..16kk+15. */
+template <int DP, bool MMA>
+__device__ __forceinline__ void load_a_frags(uint32_t f[DP / 16][4], const bf16 *s, int warp) {
+  const int lane = threadIdx.x % MF_WARP_SIZE;
+#pragma unroll
+  for (int kk = 0; kk < DP / 16; kk++)
+    ldsm_x4<MMA, false>(f[kk], s + (warp * 16 + (lane % 16)) * (DP + 8) + kk * 16 + (lane / 16) * 8);
+}
+
+/* acc (16, 64) += A (16, DP) · Mᵀ where M is a (64, DP+8) tile (rows = the n index). */
+template <int DP, bool MMA>
+__device__ __forceinline__ void mm_abt(float acc[8][4], const uint32_t a[DP / 16][4], const bf16 *m) {
+  const int lane = threadIdx.x % MF_WARP_SIZE, i = lane / 8;
+#pragma unroll
+  for (int kk = 0; kk < DP / 16; kk++)
+#pragma unroll
+    for (int n2 = 0; n2 < 4; n2++) {
+      uint32_t b[4];
+      ldsm_x4<MMA, false>(b, m + (n2 * 16 + (i / 2) * 8 + lane % 8) * (DP + 8) + kk * 16 + (i % 2) * 8);
+      mma_16816<MMA>(acc[2 * n2], a[kk], b[0], b[1]);
+      mma_16816<MMA>(acc[2 * n2 + 1], a[kk], b[2], b[3]);
+    }
+}
+
+/* acc (16, DP) += P (16, 64; C fragments, rounded to bf16 here) · M, M a (64, DP+8) tile. */
+template <int DP, bool MMA>
+__device__ __forceinline__ void mm_pm(float acc[DP / 8][4], const float p[8][4], const bf16 *m) {
+  const int lane = threadIdx.x % MF_WARP_SIZE, i = lane / 8;
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    uint32_t a[4];
+    a[0] = pack_bf16x2(p[2 * j][0], p[2 * j][1]);
+    a[1] = pack_bf16x2(p[2 * j][2], p[2 * j][3]);
+    a[2] = pack_bf16x2(p[2 * j + 1][0], p[2 * j + 1][1]);
+    a[3] = pack_bf16x2(p[2 * j + 1][2], p[2 * j + 1][3]);
+#pragma unroll
+    for (int n2 = 0; n2 < DP / 16; n2++) {
+      uint32_t b[4];
+      ldsm_x4<MMA, true>(b, m + (j * 16 + (i % 2) * 8 + lane % 8) * (DP + 8) + n2 * 16 + (i / 2) * 8);
+      mma_16816<MMA>(acc[2 * n2], a, b[0], b[1]);
+      mma_16816<MMA>(acc[2 * n2 + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+/* lse in the exp2 domain; an empty row (lse = -inf) becomes +inf so that P = 0. */
+__device__ __forceinline__ float lse_log2(float lse) {
+  return lse == -INFINITY ? INFINITY : lse * ATT_LOG2E;
+}
+
+
+/* Writes this warp's (16, DP) C fragments, times `mul`, to rows [row0, row0+16) of
+ * g (nrows, D) as bf16 (rows ≥ nrows and cols ≥ D skipped). */
+template <int DP>
+__device__ __forceinline__ void store_rows(bf16 *g, const float acc[DP / 8][4], int row0,
+                                           int nrows, int D, float mul) {
+  const int lane = threadIdx.x % MF_WARP_SIZE, gq = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nd = 0; nd < DP / 8; nd++) {
+    if (nd * 8 >= D) continue;
+#pragma unroll
+    for (int hrow = 0; hrow < 2; hrow++) {
+      const int row = row0 + gq + 8 * hrow;
+      if (row >= nrows) continue;
+      *reinterpret_cast<__nv_bfloat162 *>(g + (int64_t)row * D + nd * 8 + 2 * t) =
+          __floats2bfloat162_rn(acc[nd][2 * hrow] * mul, acc[nd][2 * hrow + 1] * mul);
+    }
+  }
+}
+
+/* ------------------------------------------------------------------------------------
+ * Parameters shared by the kernels. */
+typedef struct {
+  const bf16 *q, *k, *v, *bias, *gate, *dout; /* see attention_cuda.h for shapes */
+  const uint8_t *mask;
+  bf16 *out, *dq, *dk, *dv, *dbias;
+  float *lse;       /* (B,R,H,Q) */
+  const float *Di;  /* (B,R,H,Q) workspace */
+  const bf16 *dO;   /* (B,R,H,Q,D): dout, or dout⊙σ(gate) in the workspace */
+  int B, R, H, Q, K, D;
+  int nqb, nkb;     /* query / key tiles */
+  float scale;
+} att_params;
+
+/* Logits of this warp's (16 rows, 64 keys) tile, in place: s ← scale·s + bias, or -inf
+ * for a masked key (MASKED only); mx0, mx1 get
+ * the maxima of rows g and g+8 over this thread's columns. bs: (BQ, BK) bias tile. */
+template <bool MASKED, bool MMA>
+__device__ __forceinline__ void logits(float s[8][4], const bf16 *bs, const uint8_t *ms,
+                                       float scale, int warp, float &mx0, float &mx1) {
+  const int lane = threadIdx.x % MF_WARP_SIZE, t = lane & 3, i = lane / 8;
+#pragma unroll
+  for (int nb = 0; nb < 8; nb += 2) {
+    /* bias in C-fragment layout, two n-blocks per ldmatrix: r0, r1 rows g, g+8 of nb */
+    uint32_t bb[4];
+    ldsm_x4<MMA, false>(bb, bs + (warp * 16 + (i % 2) * 8 + lane % 8) * ATT_BP + (nb + i / 2) * 8);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int n = nb + h, col = n * 8 + 2 * t;
+      s[n][0] = fmaf(s[n][0], scale, lo_f(bb[2 * h]));
+      s[n][1] = fmaf(s[n][1], scale, hi_f(bb[2 * h]));
+      s[n][2] = fmaf(s[n][2], scale, lo_f(bb[2 * h + 1]));
+      s[n][3] = fmaf(s[n][3], scale, hi_f(bb[2 * h + 1]));
+      if (MASKED) {
+        const unsigned short mk = *reinterpret_cast<const unsigned short *>(ms + col);
+        if (!(mk & 0xff)) s[n][0] = s[n][2] = -INFINITY;
+        if (!(mk >> 8)) s[n][1] = s[n][3] = -INFINITY;
+      }
+      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+    }
+  }
+}
+
+/* ------------------------------------------------------------------------------------
+ * Forward. Grid: B·H·nqb·R CTAs, r fastest so that the CTAs sharing a bias tile run
+ * together. out (B,R,H,Q,D), lse (B,R,H,Q). */
+template <int DP, bool MMA>
+__global__ void __launch_bounds__(ATT_THREADS) fwd_kernel(att_params p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int TP = DP + 8, TILE = 64 * TP;
+  bf16 *Qs = reinterpret_cast<bf16 *>(smem);
+  bf16 *Ks = Qs + TILE;         /* [2][TILE] */
+  bf16 *Vs = Ks + 2 * TILE;     /* [2][TILE] */
+  bf16 *Bs = Vs + 2 * TILE;     /* [2][BQ*BP] */
+  uint8_t *Ms = reinterpret_cast<uint8_t *>(Bs + 2 * ATT_BQ * ATT_BP); /* [2][ATT_MS] */
+
+  int64_t idx = blockIdx.x;
+  const int r = (int)(idx % p.R); idx /= p.R;
+  const int qb = (int)(idx % p.nqb); idx /= p.nqb;
+  const int h = (int)(idx % p.H);
+  const int b = (int)(idx / p.H);
+  const int Q = p.Q, K = p.K, D = p.D, q0 = qb * ATT_BQ;
+  const int64_t brh = ((int64_t)b * p.R + r) * p.H + h;
+  const bf16 *qg = p.q + (brh * Q + q0) * D, *kg = p.k + brh * K * D, *vg = p.v + brh * K * D;
+  const bf16 *bg = p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0) * K : NULL;
+  const uint8_t *mg = p.mask ? p.mask + ((int64_t)b * p.R + r) * K : NULL;
+  const int warp = threadIdx.x / MF_WARP_SIZE, lane = threadIdx.x % MF_WARP_SIZE;
+  const row_plan<DP> rp(D);
+  const bias_plan bp(K);
+  const int gq = lane >> 2, t = lane & 3;
+
+  const int nkb = p.nkb;
+  rp.template load<MMA>(Qs, qg, Q - q0);
+  rp.template load<MMA>(Ks, kg, K);
+  rp.template load<MMA>(Vs, vg, K);
+  bp.template load<MMA>(Bs, bg, Q - q0, K);
+  load_mask(Ms, mg, 0, K);
+  cp_async_commit<MMA>();
+  cp_async_wait<MMA, 0>();
+  __syncthreads();
+  uint32_t qf[DP / 16][4];
+  load_a_frags<DP, MMA>(qf, Qs, warp);
+
+  float o[DP / 8][4];
+#pragma unroll
+  for (int i = 0; i < DP / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+  for (int it = 0; it < nkb; it++) {
+    const int st = it & 1;
+    if (it + 1 < nkb) { /* prefetch the next key tile into the other stage */
+      const int k1 = (it + 1) * ATT_BK, sn = st ^ 1;
+      rp.template load<MMA>(Ks + sn * TILE, kg + (int64_t)k1 * D, K - k1);
+      rp.template load<MMA>(Vs + sn * TILE, vg + (int64_t)k1 * D, K - k1);
+      bp.template load<MMA>(Bs + sn * ATT_BQ * ATT_BP, bg ? bg + k1 : NULL, Q - q0, K - k1);
+      load_mask(Ms + sn * ATT_MS, mg, k1, K);
+    }
+    cp_async_commit<MMA>();
+    cp_async_wait<MMA, 1>();
+    __syncthreads();
+    const bf16 *ks = Ks + st * TILE, *vs = Vs + st * TILE, *bs = Bs + st * ATT_BQ * ATT_BP;
+    const uint8_t *ms = Ms + st * ATT_MS;
+
+    float s[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    mm_abt<DP, MMA>(s, qf, ks);
+
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+    if (all_valid(ms)) logits<false, MMA>(s, bs, ms, p.scale, warp, mx0, mx1);
+    else logits<true, MMA>(s, bs, ms, p.scale, warp, mx0, mx1);
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    /* exp2 domain: p = 2^(log2e·s − log2e·m); a row with no valid key yet uses m = 0 */
+    const float mu0 = mn0 == -INFINITY ? 0.f : mn0 * ATT_LOG2E;
+    const float mu1 = mn1 == -INFINITY ? 0.f : mn1 * ATT_LOG2E;
+    const float al0 = fast_exp2<MMA>(fmaf(m0, ATT_LOG2E, -mu0)), al1 = fast_exp2<MMA>(fmaf(m1, ATT_LOG2E, -mu1));
+    m0 = mn0;
+    m1 = mn1;
+    float ls0 = 0.f, ls1 = 0.f;
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++) {
+      s[nb][0] = fast_exp2<MMA>(fmaf(s[nb][0], ATT_LOG2E, -mu0));
+      s[nb][1] = fast_exp2<MMA>(fmaf(s[nb][1], ATT_LOG2E, -mu0));
+      s[nb][2] = fast_exp2<MMA>(fmaf(s[nb][2], ATT_LOG2E, -mu1));
+      s[nb][3] = fast_exp2<MMA>(fmaf(s[nb][3], ATT_LOG2E, -mu1));
+      ls0 += s[nb][0] + s[nb][1];
+      ls1 += s[nb][2] + s[nb][3];
+    }
+    l0 = l0 * al0 + ls0;
+    l1 = l1 * al1 + ls1;
+#pragma unroll
+    for (int i = 0; i < DP / 8; i++) {
+      o[i][0] *= al0; o[i][1] *= al0;
+      o[i][2] *= al1; o[i][3] *= al1;
+    }
+    mm_pm<DP, MMA>(o, s, vs);
+    __syncthreads(); /* the stage is refilled by the next iteration's prefetch */
+  }
+
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  const int row0 = q0 + warp * 16 + gq, row1 = row0 + 8;
+  if (p.lse && t == 0) {
+    float *lg = p.lse + brh * Q;
+    if (row0 < Q) lg[row0] = l0 > 0.f ? m0 + log2f(l0) * ATT_LN2 : -INFINITY;
+    if (row1 < Q) lg[row1] = l1 > 0.f ? m1 + log2f(l1) * ATT_LN2 : -INFINITY;
+  }
+#pragma unroll
+  for (int i = 0; i < DP / 8; i++) {
+    o[i][0] *= inv0; o[i][1] *= inv0;
+    o[i][2] *= inv1; o[i][3] *= inv1;
+  }
+  if (p.gate) { /* out = σ(gate) ⊙ o */
+    const bf16 *gg = p.gate + brh * Q * D;
+#pragma unroll
+    for (int nd = 0; nd < DP / 8; nd++) {
+      if (nd * 8 >= D) continue;
+#pragma unroll
+      for (int hrow = 0; hrow < 2; hrow++) {
+        const int row = hrow ? row1 : row0;
+        if (row >= Q) continue;
+        const float2 gv = __bfloat1622float2(
+            *reinterpret_cast<const __nv_bfloat162 *>(gg + (int64_t)row * D + nd * 8 + 2 * t));
+        o[nd][2 * hrow] *= 1.f / (1.f + __expf(-gv.x));
+        o[nd][2 * hrow + 1] *= 1.f / (1.f + __expf(-gv.y));
+      }
+    }
+  }
+  store_rows<DP>(p.out + brh * Q * D, o, q0 + warp * 16, Q, D, 1.f);
+}
+
+/* ------------------------------------------------------------------------------------
+ * Backward prologue, one thread per (b, r, h, q) row: Di (fp32) = Σ_d dout·out; with a
+ * gate, dgate = dout·out·(1 − σ(g)) and dO = dout·σ(g) (bf16, into the workspace). */
+__global__ void prep_kernel(float *Di, bf16 *dO, bf16 *dgate, const bf16 *dout, const bf16 *out,
+                            const bf16 *gate, int64_t nrows, int D) {
+  const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= nrows) return;
+  float acc = 0.f;
+  for (int c = 0; c < D; c += 8) {
+    const int64_t off = row * D + c;
+    uint4 du = *reinterpret_cast<const uint4 *>(dout + off);
+    uint4 ou = *reinterpret_cast<const uint4 *>(out + off);
+    const uint32_t *dw = reinterpret_cast<const uint32_t *>(&du);
+    const uint32_t *ow = reinterpret_cast<const uint32_t *>(&ou);
+    uint4 gu = make_uint4(0, 0, 0, 0), eo = gu, gr = gu;
+    if (gate) gu = *reinterpret_cast<const uint4 *>(gate + off);
+    const uint32_t *gw = reinterpret_cast<const uint32_t *>(&gu);
+    uint32_t *ew = reinterpret_cast<uint32_t *>(&eo), *rw = reinterpret_cast<uint32_t *>(&gr);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const float d0 = lo_f(dw[j]), d1 = hi_f(dw[j]), o0 = lo_f(ow[j]), o1 = hi_f(ow[j]);
+      acc += d0 * o0 + d1 * o1;
+      if (gate) {
+        const float s0 = 1.f / (1.f + __expf(-lo_f(gw[j]))), s1 = 1.f / (1.f + __expf(-hi_f(gw[j])));
+        ew[j] = pack_bf16x2(d0 * s0, d1 * s1);
+        rw[j] = pack_bf16x2(d0 * o0 * (1.f - s0), d1 * o1 * (1.f - s1));
+      }
+    }
+    if (gate) {
+      *reinterpret_cast<uint4 *>(dO + off) = eo;
+      if (dgate) *reinterpret_cast<uint4 *>(dgate + off) = gr;
+    }
+  }
+  Di[row] = acc;
+}
+
+/* ------------------------------------------------------------------------------------
+ * dK, dV. Grid: B·H·nkb·R CTAs (r fastest); each warp owns 16 keys of the key tile and
+ * computes the transposed products Sᵀ (16 keys, 64 queries) per query tile.
+ * dk, dv (B,R,H,K,D). */
+template <int DP, bool MMA>
+__global__ void __launch_bounds__(ATT_THREADS) dkdv_kernel(att_params p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int TP = DP + 8, TILE = 64 * TP;
+  bf16 *Ks = reinterpret_cast<bf16 *>(smem);
+  bf16 *Vs = Ks + TILE;
+  bf16 *Qs = Vs + TILE;         /* [2][TILE] */
+  bf16 *dOs = Qs + 2 * TILE;    /* [2][TILE] */
+  bf16 *Bs = dOs + 2 * TILE;    /* [2][BQ*BP] */
+  float *Ls = reinterpret_cast<float *>(Bs + 2 * ATT_BQ * ATT_BP); /* [2][BQ] lse·log2e */
+  float *Ds = Ls + 2 * ATT_BQ;                                      /* [2][BQ] Di */
+  uint8_t *Ms = reinterpret_cast<uint8_t *>(Ds + 2 * ATT_BQ);       /* [ATT_MS] */
+
+  int64_t idx = blockIdx.x;
+  const int r = (int)(idx % p.R); idx /= p.R;
+  const int kb = (int)(idx % p.nkb); idx /= p.nkb;
+  const int h = (int)(idx % p.H);
+  const int b = (int)(idx / p.H);
+  const int Q = p.Q, K = p.K, D = p.D, k0 = kb * ATT_BK;
+  const int64_t brh = ((int64_t)b * p.R + r) * p.H + h;
+  const bf16 *qg = p.q + brh * Q * D, *dog = p.dO + brh * Q * D;
+  const bf16 *kg = p.k + (brh * K + k0) * D, *vg = p.v + (brh * K + k0) * D;
+  const bf16 *bg = p.bias ? p.bias + ((int64_t)b * p.H + h) * Q * K + k0 : NULL;
+  const uint8_t *mg = p.mask ? p.mask + ((int64_t)b * p.R + r) * K : NULL;
+  const float *lg = p.lse + brh * Q, *dig = p.Di + brh * Q;
+  const int warp = threadIdx.x / MF_WARP_SIZE, lane = threadIdx.x % MF_WARP_SIZE;
+  const row_plan<DP> rp(D);
+  const bias_plan bp(K);
+  const int gq = lane >> 2, t = lane & 3;
+  const int nqb = p.nqb;
+
+  auto prefetch = [&](int it, int sn) {
+    const int q1 = it * ATT_BQ;
+    rp.template load<MMA>(Qs + sn * TILE, qg + (int64_t)q1 * D, Q - q1);
+    rp.template load<MMA>(dOs + sn * TILE, dog + (int64_t)q1 * D, Q - q1);
+    bp.template load<MMA>(Bs + sn * ATT_BQ * ATT_BP, bg ? bg + (int64_t)q1 * K : NULL, Q - q1, K - k0);
+    for (int c = threadIdx.x; c < ATT_BQ; c += ATT_THREADS) {
+      /* padded query rows: lse = +inf gives P = 0 */
+      Ls[sn * ATT_BQ + c] = q1 + c < Q ? lse_log2(lg[q1 + c]) : INFINITY;
+      Ds[sn * ATT_BQ + c] = q1 + c < Q ? dig[q1 + c] : 0.f;
+    }
+  };
+
+  rp.template load<MMA>(Ks, kg, K - k0);
+  rp.template load<MMA>(Vs, vg, K - k0);
+  load_mask(Ms, mg, k0, K);
+  prefetch(0, 0);
+  cp_async_commit<MMA>();
+  cp_async_wait<MMA, 0>();
+  __syncthreads();
+  uint32_t kf[DP / 16][4], vf[DP / 16][4];
+  load_a_frags<DP, MMA>(kf, Ks, warp);
+  load_a_frags<DP, MMA>(vf, Vs, warp);
+  const bool kv0 = Ms[warp * 16 + gq] != 0, kv1 = Ms[warp * 16 + gq + 8] != 0;
+
+  float dk[DP / 8][4], dv[DP / 8][4];
+#pragma unroll
+  for (int i = 0; i < DP / 8; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
+
+  for (int it = 0; it < nqb; it++) {
+    const int st = it & 1;
+    if (it + 1 < nqb) prefetch(it + 1, st ^ 1);
+    cp_async_commit<MMA>();
+    cp_async_wait<MMA, 1>();
+    __syncthreads();
+    const bf16 *qs = Qs + st * TILE, *dos = dOs + st * TILE, *bs = Bs + st * ATT_BQ * ATT_BP;
+    const float *ls = Ls + st * ATT_BQ, *ds = Ds + st * ATT_BQ;
+
+    float s[8][4], dp[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.f;
+    mm_abt<DP, MMA>(s, kf, qs);   /* Sᵀ = K·Qᵀ    (16 keys, 64 queries) */
+    mm_abt<DP, MMA>(dp, vf, dos); /* dPᵀ = V·dOᵀ */
+#pragma unroll
+    for (int nb = 0; nb < 8; nb += 2) {
+      /* biasᵀ in C-fragment layout (keys g, g+8; queries 2t, 2t+1): ldmatrix.trans of the
+       * (queries, keys) bias tile, two n-blocks per instruction */
+      uint32_t bb[4];
+      ldsm_x4<MMA, true>(bb, bs + ((nb + lane / 16) * 8 + lane % 8) * ATT_BP + warp * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int n = nb + h, qc = n * 8 + 2 * t;
+        const float2 L = *reinterpret_cast<const float2 *>(ls + qc);
+        const float2 Dv = *reinterpret_cast<const float2 *>(ds + qc);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const bool kv = (e >> 1) ? kv1 : kv0;
+          const uint32_t w = bb[2 * h + (e >> 1)];
+          const float bv = (e & 1) ? hi_f(w) : lo_f(w);
+          const float pv = kv ? fast_exp2<MMA>(fmaf(fmaf(s[n][e], p.scale, bv), ATT_LOG2E, -((e & 1) ? L.y : L.x)))
+                              : 0.f;
+          s[n][e] = pv;                                        /* Pᵀ */
+          dp[n][e] = pv * (dp[n][e] - ((e & 1) ? Dv.y : Dv.x)); /* dSᵀ */
+        }
+      }
+    }
+    mm_pm<DP, MMA>(dv, s, dos);  /* dV += Pᵀ·dO */
+    mm_pm<DP, MMA>(dk, dp, qs);  /* dK += dSᵀ·Q */
+    __syncthreads();
+  }
+  if (p.dk) store_rows<DP>(p.dk + brh * K * D, dk, k0 + warp * 16, K, D, p.scale);
+  if (p.dv) store_rows<DP>(p.dv + brh * K * D, dv, k0 + warp * 16, K, D, 1.f);
+}
+
+/* ------------------------------------------------------------------------------------
+ * Shared by dq_kernel and dbias_kernel: for this warp's 16 queries and a 64-key tile,
+ * ds = dS = P ⊙ (dP − Di) with P = exp(S − lse) (0 for masked keys and padded rows);
+ * s gets P. lse0/lse1 in the exp2 domain (+inf for rows that must give P = 0). */
+template <bool MMA>
+__device__ __forceinline__ void make_ds(float s[8][4], float dp[8][4], const bf16 *bs,
+                                        const uint8_t *ms, float lse0, float lse1, float di0,
+                                        float di1, float scale, int warp) {
+  float mx0 = 0.f, mx1 = 0.f; /* unused */
+  if (all_valid(ms)) logits<false, MMA>(s, bs, ms, scale, warp, mx0, mx1);
+  else logits<true, MMA>(s, bs, ms, scale, warp, mx0, mx1);
+#pragma unroll
+  for (int nb = 0; nb < 8; nb++) {
+    s[nb][0] = fast_exp2<MMA>(fmaf(s[nb][0], ATT_LOG2E, -lse0));
+    s[nb][1] = fast_exp2<MMA>(fmaf(s[nb][1], ATT_LOG2E, -lse0));
+    s[nb][2] = fast_exp2<MMA>(fmaf(s[nb][2], ATT_LOG2E, -lse1));
+    s[nb][3] = fast_exp2<MMA>(fmaf(s[nb][3], ATT_LOG2E, -lse1));
+    dp[nb][0] = s[nb][0] * (dp[nb][0] - di0);
+    dp[nb][1] = s[nb][1] * (dp[nb][1] - di0);
+    dp[nb][2] = s[nb][2] * (dp[nb][2] - di1);
+    dp[nb][3] = s[nb][3] * (dp[nb][3] - di1);
+  }
+}
+
+/* dQ (and dbias = dS when R = 1). Grid: B·H·nqb·R CTAs (r fastest). dq (B,R,H,Q,D). */
+template <int DP, bool MMA, bool DBIAS>
+__global__ void __launch_bounds__(ATT_THREADS, (MMA && DP <= 32) ? 4 : 1) dq_kernel(att_params p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int TP = DP + 8, TILE = 64 * TP;
+  bf16 *Qs = reinterpret_cast<bf16 *>(smem);
+  bf16 *dOs = Qs + TILE;
+  bf16 *Ks = dOs + TILE;        /* [2][TILE] */
+  bf16 *Vs = Ks + 2 * TILE;     /* [2][TILE] */
+  bf16 *Bs = Vs + 2 * TILE;     /* [2][BQ*BP] */
+  uint8_t *Ms = reinterpret_cast<uint8_t *>(Bs + 2 * ATT_BQ * ATT_BP); /* [2][ATT_MS] */
+
+  int64_t idx = blockIdx.x;
+  const int r = (int)(idx % p.R); idx /= p.R;
+  const int qb = (int)(idx % p.nqb); idx /= p.nqb;
+  const int h = (int)(idx % p.H);
+  const int b = (int)(idx / p.H);
+  const int Q = p.Q, K = p.K, D = p.D, q0 = qb * ATT_BQ;
+  const int64_t brh = ((int64_t)b * p.R + r) * p.H + h;
+  const bf16 *qg = p.q + (brh * Q + q0) * D, *dog = p.dO + (brh * Q + q0) * D;
+  const bf16 *kg = p.k + brh * K * D, *vg = p.v + brh * K * D;
+  const bf16 *bg = p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0) * K : NULL;
+  const uint8_t *mg = p.mask ? p.mask + ((int64_t)b * p.R + r) * K : NULL;
+  const int warp = threadIdx.x / MF_WARP_SIZE, lane = threadIdx.x % MF_WARP_SIZE;
+  const row_plan<DP> rp(D);
+  const bias_plan bp(K);
+  const int gq = lane >> 2, t = lane & 3;
+  const int nkb = p.nkb;
+  const int row0 = q0 + warp * 16 + gq, row1 = row0 + 8;
+  const float lse0 = row0 < Q ? lse_log2(p.lse[brh * Q + row0]) : INFINITY;
+  const float lse1 = row1 < Q ? lse_log2(p.lse[brh * Q + row1]) : INFINITY;
+  const float di0 = row0 < Q ? p.Di[brh * Q + row0] : 0.f;
+  const float di1 = row1 < Q ? p.Di[brh * Q + row1] : 0.f;
+
+  rp.template load<MMA>(Qs, qg, Q - q0);
+  rp.template load<MMA>(dOs, dog, Q - q0);
+  rp.template load<MMA>(Ks, kg, K);
+  rp.template load<MMA>(Vs, vg, K);
+  bp.template load<MMA>(Bs, bg, Q - q0, K);
+  load_mask(Ms, mg, 0, K);
+  cp_async_commit<MMA>();
+  cp_async_wait<MMA, 0>();
+  __syncthreads();
+  uint32_t qf[DP / 16][4], dof[DP / 16][4];
+  load_a_frags<DP, MMA>(qf, Qs, warp);
+  load_a_frags<DP, MMA>(dof, dOs, warp);
+
+  float dq[DP / 8][4];
+#pragma unroll
+  for (int i = 0; i < DP / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+
+  for (int it = 0; it < nkb; it++) {
+    const int st = it & 1;
+    if (it + 1 < nkb) {
+      const int k1 = (it + 1) * ATT_BK, sn = st ^ 1;
+      rp.template load<MMA>(Ks + sn * TILE, kg + (int64_t)k1 * D, K - k1);
+      rp.template load<MMA>(Vs + sn * TILE, vg + (int64_t)k1 * D, K - k1);
+      bp.template load<MMA>(Bs + sn * ATT_BQ * ATT_BP, bg ? bg + k1 : NULL, Q - q0, K - k1);
+      load_mask(Ms + sn * ATT_MS, mg, k1, K);
+    }
+    cp_async_commit<MMA>();
+    cp_async_wait<MMA, 1>();
+    __syncthreads();
+    const bf16 *ks = Ks + st * TILE, *vs = Vs + st * TILE, *bs = Bs + st * ATT_BQ * ATT_BP;
+    const uint8_t *ms = Ms + st * ATT_MS;
+
+    float s[8][4], dp[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.f;
+    mm_abt<DP, MMA>(s, qf, ks);   /* S = Q·Kᵀ */
+    mm_abt<DP, MMA>(dp, dof, vs); /* dP = dO·Vᵀ */
+    make_ds<MMA>(s, dp, bs, ms, lse0, lse1, di0, di1, p.scale, warp);
+    if (DBIAS) { /* R = 1: dbias = dS, each element written once */
+      bf16 *db = p.dbias + ((int64_t)b * p.H + h) * Q * K;
+      const int kbase = it * ATT_BK;
+#pragma unroll
+      for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int row = (e >> 1) ? row1 : row0, col = kbase + nb * 8 + 2 * t + (e & 1);
+          if (row < Q && col < K) db[(int64_t)row * K + col] = mf_f32_to_bf16(dp[nb][e]);
+        }
+    }
+    mm_pm<DP, MMA>(dq, dp, ks); /* dQ += dS·K */
+    __syncthreads();
+  }
+  store_rows<DP>(p.dq + brh * Q * D, dq, q0 + warp * 16, Q, D, p.scale);
+}
+
+/* dbias = Σ_r dS. Grid: B·H·nqb·nkb CTAs; each owns one (query tile, key tile) of one
+ * (b, h) and walks r = 0..R-1 in order, accumulating in fp32 registers. dbias (B,H,Q,K). */
+template <int DP, bool MMA>
+__global__ void __launch_bounds__(ATT_THREADS, (MMA && DP <= 32) ? 4 : 1) dbias_kernel(att_params p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int TP = DP + 8, TILE = 64 * TP;
+  bf16 *Qs = reinterpret_cast<bf16 *>(smem); /* [2][TILE] */
+  bf16 *dOs = Qs + 2 * TILE;                 /* [2][TILE] */
+  bf16 *Ks = dOs + 2 * TILE;                 /* [2][TILE] */
+  bf16 *Vs = Ks + 2 * TILE;                  /* [2][TILE] */
+  bf16 *Bs = Vs + 2 * TILE;                  /* [BQ*BP] */
+  float *Ls = reinterpret_cast<float *>(Bs + ATT_BQ * ATT_BP); /* [2][BQ] */
+  float *Ds = Ls + 2 * ATT_BQ;                                 /* [2][BQ] */
+  uint8_t *Ms = reinterpret_cast<uint8_t *>(Ds + 2 * ATT_BQ);  /* [2][ATT_MS] */
+
+  int64_t idx = blockIdx.x;
+  const int kb = (int)(idx % p.nkb); idx /= p.nkb;
+  const int qb = (int)(idx % p.nqb); idx /= p.nqb;
+  const int h = (int)(idx % p.H);
+  const int b = (int)(idx / p.H);
+  const int Q = p.Q, K = p.K, D = p.D, q0 = qb * ATT_BQ, k0 = kb * ATT_BK, R = p.R;
+  const bf16 *bg = p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0) * K + k0 : NULL;
+  const int warp = threadIdx.x / MF_WARP_SIZE, lane = threadIdx.x % MF_WARP_SIZE;
+  const row_plan<DP> rp(D);
+  const bias_plan bp(K);
+  const int gq = lane >> 2, t = lane & 3;
+
+  auto prefetch = [&](int r, int sn) {
+    const int64_t brh = ((int64_t)b * R + r) * p.H + h;
+    rp.template load<MMA>(Qs + sn * TILE, p.q + (brh * Q + q0) * D, Q - q0);
+    rp.template load<MMA>(dOs + sn * TILE, p.dO + (brh * Q + q0) * D, Q - q0);
+    rp.template load<MMA>(Ks + sn * TILE, p.k + (brh * K + k0) * D, K - k0);
+    rp.template load<MMA>(Vs + sn * TILE, p.v + (brh * K + k0) * D, K - k0);
+    load_mask(Ms + sn * ATT_MS, p.mask ? p.mask + ((int64_t)b * R + r) * K : NULL, k0, K);
+    for (int c = threadIdx.x; c < ATT_BQ; c += ATT_THREADS) {
+      Ls[sn * ATT_BQ + c] = q0 + c < Q ? lse_log2(p.lse[brh * Q + q0 + c]) : INFINITY;
+      Ds[sn * ATT_BQ + c] = q0 + c < Q ? p.Di[brh * Q + q0 + c] : 0.f;
+    }
+  };
+
+  bp.template load<MMA>(Bs, bg, Q - q0, K - k0);
+  prefetch(0, 0);
+  cp_async_commit<MMA>();
+  float acc[8][4];
+#pragma unroll
+  for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+
+  for (int r = 0; r < R; r++) {
+    const int st = r & 1;
+    if (r + 1 < R) prefetch(r + 1, st ^ 1);
+    cp_async_commit<MMA>();
+    cp_async_wait<MMA, 1>();
+    __syncthreads();
+    const bf16 *qs = Qs + st * TILE, *dos = dOs + st * TILE;
+    uint32_t qf[DP / 16][4], dof[DP / 16][4];
+    load_a_frags<DP, MMA>(qf, qs, warp);
+    load_a_frags<DP, MMA>(dof, dos, warp);
+    const int rl0 = warp * 16 + gq, rl1 = rl0 + 8;
+    const float *ls = Ls + st * ATT_BQ, *ds = Ds + st * ATT_BQ;
+    float s[8][4], dp[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.f;
+    mm_abt<DP, MMA>(s, qf, Ks + st * TILE);
+    mm_abt<DP, MMA>(dp, dof, Vs + st * TILE);
+    make_ds<MMA>(s, dp, Bs, Ms + st * ATT_MS, ls[rl0], ls[rl1], ds[rl0], ds[rl1], p.scale, warp);
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[i][e] += dp[i][e];
+    __syncthreads();
+  }
+  bf16 *db = p.dbias + ((int64_t)b * p.H + h) * Q * K;
+#pragma unroll
+  for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int row = q0 + warp * 16 + gq + (e >> 1) * 8, col = k0 + nb * 8 + 2 * t + (e & 1);
+      if (row < Q && col < K) db[(int64_t)row * K + col] = mf_f32_to_bf16(acc[nb][e]);
+    }
+}
+
+/* ------------------------------------------------------------------------------------
+ * Launchers: shared memory per kernel, head-dim dispatch. */
+
+static size_t tile_bytes(int DP) { return (size_t)64 * (DP + 8) * sizeof(bf16); }
+static size_t bias_bytes(void) { return (size_t)ATT_BQ * ATT_BP * sizeof(bf16); }
+
+static int padded_dim(int D) { return D <= 16 ? 16 : D <= 32 ? 32 : D <= 48 ? 48 : 64; }
+
+static void check_args(const mf_attn_dims *d, const void *const *ptrs, int nptrs) {
+  MF_ASSERT(d->B >= 0 && d->R >= 0 && d->H >= 0 && d->Q >= 0 && d->K >= 0,
+            "attention dims B=%d R=%d H=%d Q=%d K=%d", d->B, d->R, d->H, d->Q, d->K);
+  MF_ASSERT(d->D > 0 && d->D <= 64 && d->D % 8 == 0,
+            "EvoFlash-3D needs D %% 8 == 0 and D <= 64, got D=%d", d->D);
+  for (int i = 0; i < nptrs; i++)
+    MF_ASSERT(((uintptr_t)ptrs[i] & 15) == 0, "attention: pointer %d is not 16-byte aligned", i);
+}
+
+static att_params make_params(mf_attn_dims d) {
+  att_params p = {};
+  p.B = d.B; p.R = d.R; p.H = d.H; p.Q = d.Q; p.K = d.K; p.D = d.D;
+  p.nqb = (int)mf_cdiv(d.Q, ATT_BQ);
+  p.nkb = (int)mf_cdiv(d.K, ATT_BK);
+  p.scale = (float)d.scale;
+  return p;
+}
+
+template <typename Kern>
+static void launch(Kern kern, int64_t grid, size_t smem, cudaStream_t stream, const att_params &p) {
+  if (grid == 0) return;
+  MF_ASSERT(grid < 2147483647LL, "attention grid of %lld CTAs", (long long)grid);
+  MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  kern<<<(unsigned)grid, ATT_THREADS, smem, stream>>>(p);
+  MF_CHECK_LAUNCH();
+}
+
+template <int DP, bool MMA>
+static void forward_dp(const att_params &p, cudaStream_t stream) {
+  const size_t smem = 5 * tile_bytes(DP) + 2 * bias_bytes() + 2 * ATT_MS;
+  launch(fwd_kernel<DP, MMA>, (int64_t)p.B * p.H * p.nqb * p.R, smem, stream, p);
+}
+
+template <int DP, bool MMA>
+static void backward_dp(const att_params &p, bool want_dkdv, bool want_dq, bool want_dbias,
+                        cudaStream_t stream) {
+  const size_t lsd = 4 * ATT_BQ * sizeof(float);
+  if (want_dkdv) {
+    const size_t smem = 6 * tile_bytes(DP) + 2 * bias_bytes() + lsd + ATT_MS;
+    launch(dkdv_kernel<DP, MMA>, (int64_t)p.B * p.H * p.nkb * p.R, smem, stream, p);
+  }
+  const bool dbias_in_dq = want_dbias && want_dq && p.R == 1;
+  if (want_dq) {
+    const size_t smem = 6 * tile_bytes(DP) + 2 * bias_bytes() + 2 * ATT_MS;
+    if (dbias_in_dq)
+      launch(dq_kernel<DP, MMA, true>, (int64_t)p.B * p.H * p.nqb * p.R, smem, stream, p);
+    else
+      launch(dq_kernel<DP, MMA, false>, (int64_t)p.B * p.H * p.nqb * p.R, smem, stream, p);
+  }
+  if (want_dbias && !dbias_in_dq) {
+    const size_t smem = 8 * tile_bytes(DP) + bias_bytes() + lsd + 2 * ATT_MS;
+    launch(dbias_kernel<DP, MMA>, (int64_t)p.B * p.H * p.nqb * p.nkb, smem, stream, p);
+  }
+}
+
+#define MF_ATT_DISPATCH(fn, DPV, ...)                                        \
+  do {                                                                       \
+    const bool mma_ = g_variant == 0;                                        \
+    switch (DPV) {                                                           \
+    case 16: mma_ ? fn<16, true>(__VA_ARGS__) : fn<16, false>(__VA_ARGS__); break; \
+    case 32: mma_ ? fn<32, true>(__VA_ARGS__) : fn<32, false>(__VA_ARGS__); break; \
+    case 48: mma_ ? fn<48, true>(__VA_ARGS__) : fn<48, false>(__VA_ARGS__); break; \
+    default: mma_ ? fn<64, true>(__VA_ARGS__) : fn<64, false>(__VA_ARGS__); break; \
+    }                                                                        \
+  } while (0)
+
+extern "C" int mf_attention_cuda_set_variant(int variant) {
+  MF_ASSERT(variant == 0 || variant == 1, "attention variant %d", variant);
+  const int old = g_variant;
+  g_variant = variant;
+  return old;
+}
+
+extern "C" void mf_attention_forward_cuda(bf16 *out, float *lse, const bf16 *q, const bf16 *k,
+                                          const bf16 *v, const bf16 *bias, const uint8_t *mask,
+                                          const bf16 *gate, mf_attn_dims d, cudaStream_t stream) {
+  const void *ptrs[] = {out, lse, q, k, v, bias, gate};
+  check_args(&d, ptrs, 7);
+  MF_ASSERT(out && q && k && v, "attention forward: out, q, k, v are required");
+  att_params p = make_params(d);
+  p.out = out; p.lse = lse; p.q = q; p.k = k; p.v = v; p.bias = bias; p.mask = mask; p.gate = gate;
+  if ((int64_t)d.B * d.R * d.H * d.Q == 0) return;
+  /* K = 0: nkb = 0, every row is empty (out = 0, lse = -inf) */
+  MF_ATT_DISPATCH(forward_dp, padded_dim(d.D), p, stream);
+}
+
+extern "C" size_t mf_attention_backward_cuda_workspace(mf_attn_dims d, int has_gate) {
+  const size_t rows = (size_t)d.B * d.R * d.H * d.Q;
+  const size_t di = (rows * sizeof(float) + 255) / 256 * 256;
+  return di + (has_gate ? rows * d.D * sizeof(bf16) : 0);
+}
+
+extern "C" void mf_attention_backward_cuda(bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dbias, bf16 *dgate,
+                                           const bf16 *dout, const bf16 *out, const float *lse,
+                                           const bf16 *q, const bf16 *k, const bf16 *v,
+                                           const bf16 *bias, const uint8_t *mask, const bf16 *gate,
+                                           mf_attn_dims d, void *workspace, size_t workspace_bytes,
+                                           cudaStream_t stream) {
+  const void *ptrs[] = {dq, dk, dv, dbias, dgate, dout, out, lse, q, k, v, bias, gate, workspace};
+  check_args(&d, ptrs, 14);
+  MF_ASSERT(dout && out && lse && q && k && v, "attention backward: dout, out, lse, q, k, v are required");
+  MF_ASSERT(!dgate || gate, "attention backward: dgate without a gate");
+  MF_ASSERT(!dbias || bias, "attention backward: dbias without a bias");
+  MF_ASSERT(workspace_bytes >= mf_attention_backward_cuda_workspace(d, gate != NULL) && workspace,
+            "attention backward: workspace of %zu bytes, %zu needed", workspace_bytes,
+            mf_attention_backward_cuda_workspace(d, gate != NULL));
+  const int64_t rows = (int64_t)d.B * d.R * d.H * d.Q;
+  if (dbias && (rows == 0 || d.K == 0))
+    MF_CHECK_CUDA(cudaMemsetAsync(dbias, 0, (size_t)d.B * d.H * d.Q * d.K * sizeof(bf16), stream));
+  if (rows == 0) {
+    const size_t kvn = (size_t)d.B * d.R * d.H * d.K * d.D * sizeof(bf16);
+    if (dk) MF_CHECK_CUDA(cudaMemsetAsync(dk, 0, kvn, stream));
+    if (dv) MF_CHECK_CUDA(cudaMemsetAsync(dv, 0, kvn, stream));
+    return;
+  }
+  att_params p = make_params(d);
+  p.q = q; p.k = k; p.v = v; p.bias = bias; p.mask = mask; p.gate = gate; p.dout = dout;
+  p.lse = const_cast<float *>(lse);
+  p.dq = dq; p.dk = dk; p.dv = dv; p.dbias = dbias;
+  float *Di = (float *)workspace;
+  bf16 *dOeff = gate ? (bf16 *)((char *)workspace + (rows * sizeof(float) + 255) / 256 * 256) : NULL;
+  p.Di = Di;
+  p.dO = gate ? dOeff : dout;
+
+  prep_kernel<<<mf_cdiv(rows, 256), 256, 0, stream>>>(Di, dOeff, dgate, dout, out, gate, rows, d.D);
+  MF_CHECK_LAUNCH();
+  if (d.K == 0) { /* no keys: dq = 0 (dk, dv, dbias are empty) */
+    if (dq) MF_CHECK_CUDA(cudaMemsetAsync(dq, 0, (size_t)rows * d.D * sizeof(bf16), stream));
+    return;
+  }
+  MF_ATT_DISPATCH(backward_dp, padded_dim(d.D), p, dk || dv, dq != NULL, dbias != NULL, stream);
+}

@@ -1,0 +1,65 @@
+/* attention_cuda.h — C entry points of EvoFlash-3D, the CUDA attention with a pair bias
+ * broadcast over rows (the function of src/ops/attention.h, which the CPU reference
+ * computes), in bf16 with fp32 accumulation. Not the CPU reference, and not a dispatch:
+ * callers pass device pointers and a stream.
+ *
+ * Shapes (contiguous, row-major; letters from include/megafold.h):
+ *   q, out, gate, dout, dq, dgate (B, R, H, Q, D) bf16    k, v, dk, dv (B, R, H, K, D) bf16
+ *   bias, dbias (B, H, Q, K) bf16 (broadcast over R)      mask (B, R, K) uint8, 1 = valid
+ *   lse (B, R, H, Q) fp32 (natural log; -inf for a row with no valid key)
+ * Requirements: D % 8 == 0 and D <= 64; every pointer 16-byte aligned.
+ *
+ * Memory: the forward saves only lse; nothing of size R·Q·K is ever stored. The backward
+ * needs a workspace of mf_attention_backward_cuda_workspace() bytes (fp32 row statistics
+ * Di (B,R,H,Q), plus dout⊙σ(gate) (B,R,H,Q,D) bf16 when there is a gate): O(R·H·Q·D).
+ *
+ * Gradient contract (as attention.h): dq, dk, dv, dbias, dgate all ASSIGN; any may be
+ * NULL to skip it. dbias = Σ_r dS is reduced by a pass that owns each (q, k) tile and
+ * loops over r in fp32 registers: no float atomics, so two runs are bit-identical.
+ * Unlike the CPU reference, the backward takes the forward's output `out` (gated):
+ * Di = Σ_d dout·out and dgate = dout·out·(1 − σ(gate)) then need no recomputation. */
+#ifndef MF_OPS_CUDA_ATTENTION_CUDA_H
+#define MF_OPS_CUDA_ATTENTION_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "ops/attention.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Forward. out (B,R,H,Q,D); lse (B,R,H,Q) or NULL; bias, mask, gate may be NULL. */
+void mf_attention_forward_cuda(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *q,
+                               const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+                               const __nv_bfloat16 *bias, const uint8_t *mask,
+                               const __nv_bfloat16 *gate, mf_attn_dims d, cudaStream_t stream);
+
+/* Bytes of device workspace the backward needs for these dims (gate present or not). */
+size_t mf_attention_backward_cuda_workspace(mf_attn_dims d, int has_gate);
+
+/* Backward. dout, out (B,R,H,Q,D) and lse (B,R,H,Q) from the forward; workspace of at
+ * least mf_attention_backward_cuda_workspace() bytes, 16-byte aligned. */
+void mf_attention_backward_cuda(__nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv,
+                                __nv_bfloat16 *dbias, __nv_bfloat16 *dgate,
+                                const __nv_bfloat16 *dout, const __nv_bfloat16 *out,
+                                const float *lse, const __nv_bfloat16 *q,
+                                const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+                                const __nv_bfloat16 *bias, const uint8_t *mask,
+                                const __nv_bfloat16 *gate, mf_attn_dims d, void *workspace,
+                                size_t workspace_bytes, cudaStream_t stream);
+
+/* Kernel variant for the lab and the tests: 0 = tensor cores (mma.sync, the default),
+ * 1 = the portable path (the same kernels with the matrix products done by warp
+ * shuffles and FMAs, no architecture-specific instructions). Returns the previous one. */
+int mf_attention_cuda_set_variant(int variant);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,316 @@
+/* test_attention_gpu.cu — GPU test of EvoFlash-3D (src/ops/cuda/attention.cu) against
+ * the CPU reference (src/ops/cpu/attention.c, built in double: libmegafold_f64.a) on
+ * fresh random bf16-representable inputs: out, lse and the five gradients (dq, dk, dv,
+ * dbias, dgate) by relative error, every output poisoned with NaN before the run, and
+ * two runs bit-identical. Shapes: N ∈ {1, 7, 63, 64, 65, 200, 384}, R ∈ {1, 5, N}, head
+ * dims 32, 24, 48, 16, 8, random key masks with fully masked rows, with and without a
+ * gate; both kernel variants (tensor cores and the portable path).
+ * For R = N = 384 the double reference runs on a subset of the rows r (each r is an
+ * independent attention), so dbias (a sum over every r) is checked there only through
+ * the smaller shapes. MF_ATT_TEST_SMALL=1 runs three small cases only (for
+ * compute-sanitizer memcheck and racecheck). Needs a GPU; not a benchmark. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../harness.h"
+#include "ops/attention.h"
+#include "ops/cuda/attention_cuda.h"
+#include "ops/cuda/device.h"
+#include "ops/cuda/gpu.h"
+
+/* bf16-representable random doubles (the GPU sees exactly these values). */
+static void rand_bf16(double *x, int64_t n, uint64_t seed, double scale) {
+  mf_test_randn(x, n, seed, scale);
+  for (int64_t i = 0; i < n; i++) x[i] = mf_f32_from_bf16(mf_bf16_from_f32((float)x[i]));
+}
+
+static mf_bf16_t *to_dev(const double *x, int64_t n) {
+  mf_bf16 *h = (mf_bf16 *)malloc((size_t)(n ? n : 1) * sizeof(mf_bf16));
+  MF_CHECK_PTR(h);
+  for (int64_t i = 0; i < n; i++) h[i] = mf_bf16_from_f32((float)x[i]);
+  mf_bf16_t *d = NULL;
+  MF_CHECK_CUDA(cudaMalloc(&d, (size_t)(n ? n : 1) * sizeof(mf_bf16)));
+  MF_CHECK_CUDA(cudaMemcpy(d, h, (size_t)n * sizeof(mf_bf16), cudaMemcpyHostToDevice));
+  free(h);
+  return d;
+}
+
+static void *dev_poisoned(size_t bytes) {
+  void *d = NULL;
+  MF_CHECK_CUDA(cudaMalloc(&d, bytes ? bytes : 16));
+  MF_CHECK_CUDA(cudaMemset(d, 0xff, bytes ? bytes : 16)); /* bf16 and fp32 NaN */
+  return d;
+}
+
+static void from_dev_bf16(double *x, const mf_bf16_t *d, int64_t n) {
+  mf_bf16 *h = (mf_bf16 *)malloc((size_t)(n ? n : 1) * sizeof(mf_bf16));
+  MF_CHECK_PTR(h);
+  MF_CHECK_CUDA(cudaMemcpy(h, d, (size_t)n * sizeof(mf_bf16), cudaMemcpyDeviceToHost));
+  for (int64_t i = 0; i < n; i++) x[i] = mf_f32_from_bf16(h[i]);
+  free(h);
+}
+
+/* Copies rows `rs` (nr of them) of x (B, R, inner) into y (B, nr, inner). */
+static void take_rows(double *y, const double *x, int B, int R, int64_t inner, const int *rs, int nr) {
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < nr; i++)
+      memcpy(y + ((int64_t)b * nr + i) * inner, x + ((int64_t)b * R + rs[i]) * inner,
+             (size_t)inner * sizeof(double));
+}
+
+/* Relative error within tol; but where the reference is zero mathematically (one key:
+ * the softmax is constant, so dq, dk and dbias vanish) the bf16 rounding of the O(1)
+ * terms dP and Di that cancel is all that is left: there the RMS error must be <= tol. */
+static void check_close(const char *what, const double *got, const double *ref, int64_t n,
+                        double tol, int degenerate) {
+  if (!degenerate) {
+    mf_test_close(what, got, ref, n, tol);
+    return;
+  }
+  double e2 = 0;
+  for (int64_t i = 0; i < n; i++) e2 += (got[i] - ref[i]) * (got[i] - ref[i]);
+  const double rms = n ? sqrt(e2 / (double)n) : 0;
+  MF_TEST(rms <= tol, "%s: rms error %.3g of a zero gradient (tol %.1g)", what, rms, tol);
+}
+
+typedef struct {
+  int B, R, H, N, D;
+  int bias, mask, gate;
+  int rsub; /* > 0: check only this many rows r against the reference (and not dbias) */
+} att_case;
+
+typedef struct {
+  mf_bf16_t *out, *dq, *dk, *dv, *dbias, *dgate;
+  float *lse;
+} gpu_outs;
+
+static void run_gpu(gpu_outs *o, const mf_attn_dims *d, const mf_bf16_t *q, const mf_bf16_t *k,
+                    const mf_bf16_t *v, const mf_bf16_t *bias, const uint8_t *mask,
+                    const mf_bf16_t *gate, const mf_bf16_t *dout) {
+  const int64_t nq = (int64_t)d->B * d->R * d->H * d->Q * d->D;
+  const int64_t nk = (int64_t)d->B * d->R * d->H * d->K * d->D;
+  const int64_t nb = (int64_t)d->B * d->H * d->Q * d->K;
+  const int64_t nl = (int64_t)d->B * d->R * d->H * d->Q;
+  o->out = (mf_bf16_t *)dev_poisoned(nq * 2);
+  o->dq = (mf_bf16_t *)dev_poisoned(nq * 2);
+  o->dk = (mf_bf16_t *)dev_poisoned(nk * 2);
+  o->dv = (mf_bf16_t *)dev_poisoned(nk * 2);
+  o->dbias = bias ? (mf_bf16_t *)dev_poisoned(nb * 2) : NULL;
+  o->dgate = gate ? (mf_bf16_t *)dev_poisoned(nq * 2) : NULL;
+  o->lse = (float *)dev_poisoned(nl * 4);
+  size_t ws = mf_attention_backward_cuda_workspace(*d, gate != NULL);
+  void *w = dev_poisoned(ws);
+  mf_attention_forward_cuda(o->out, o->lse, q, k, v, bias, mask, gate, *d, 0);
+  mf_attention_backward_cuda(o->dq, o->dk, o->dv, o->dbias, o->dgate, dout, o->out, o->lse, q, k,
+                             v, bias, mask, gate, *d, w, ws, 0);
+  MF_CHECK_CUDA(cudaDeviceSynchronize());
+  MF_CHECK_CUDA(cudaFree(w));
+}
+
+static void free_outs(gpu_outs *o) {
+  void *ps[] = {o->out, o->dq, o->dk, o->dv, o->dbias, o->dgate, o->lse};
+  for (int i = 0; i < 7; i++)
+    if (ps[i]) MF_CHECK_CUDA(cudaFree(ps[i]));
+}
+
+static int same_bytes(const void *a, const void *b, size_t n) {
+  if (!a && !b) return 1;
+  char *ha = (char *)malloc(n ? n : 1), *hb = (char *)malloc(n ? n : 1);
+  MF_CHECK_CUDA(cudaMemcpy(ha, a, n, cudaMemcpyDeviceToHost));
+  MF_CHECK_CUDA(cudaMemcpy(hb, b, n, cudaMemcpyDeviceToHost));
+  int ok = memcmp(ha, hb, n) == 0;
+  free(ha);
+  free(hb);
+  return ok;
+}
+
+static void run_case(const att_case *c, int variant, uint64_t seed) {
+  mf_attention_cuda_set_variant(variant);
+  const int B = c->B, R = c->R, H = c->H, N = c->N, D = c->D;
+  mf_attn_dims d = {B, R, H, N, N, D, 1.0 / sqrt((double)D)};
+  const int64_t nq = (int64_t)B * R * H * N * D, nb = (int64_t)B * H * N * N;
+  const int64_t nl = (int64_t)B * R * H * N, nm = (int64_t)B * R * N;
+  double *q = mf_test_alloc(nq), *k = mf_test_alloc(nq), *v = mf_test_alloc(nq);
+  double *bias = mf_test_alloc(nb), *gate = mf_test_alloc(nq), *dout = mf_test_alloc(nq);
+  rand_bf16(q, nq, seed + 1, 1.0);
+  rand_bf16(k, nq, seed + 2, 1.0);
+  rand_bf16(v, nq, seed + 3, 1.0);
+  rand_bf16(bias, nb, seed + 4, 1.0);
+  rand_bf16(gate, nq, seed + 5, 1.0);
+  rand_bf16(dout, nq, seed + 6, 1.0);
+  uint8_t *mask = (uint8_t *)malloc((size_t)(nm ? nm : 1));
+  double *u = mf_test_alloc(nm);
+  mf_test_randu(u, nm, seed + 7, 0.0, 1.0);
+  for (int64_t i = 0; i < nm; i++) mask[i] = u[i] < 0.8;
+  if (c->mask && R > 1) /* row r = 1 of every batch fully masked */
+    for (int b = 0; b < B; b++) memset(mask + ((int64_t)b * R + 1) * N, 0, (size_t)N);
+  if (c->mask && R == 1 && N > 1) mask[0] = 1; /* keep some valid key */
+
+  mf_bf16_t *dq_ = to_dev(q, nq), *dk_ = to_dev(k, nq), *dv_ = to_dev(v, nq);
+  mf_bf16_t *db_ = c->bias ? to_dev(bias, nb) : NULL, *dg_ = c->gate ? to_dev(gate, nq) : NULL;
+  mf_bf16_t *ddo = to_dev(dout, nq);
+  uint8_t *dm_ = NULL;
+  if (c->mask) {
+    MF_CHECK_CUDA(cudaMalloc(&dm_, (size_t)(nm ? nm : 1)));
+    MF_CHECK_CUDA(cudaMemcpy(dm_, mask, (size_t)nm, cudaMemcpyHostToDevice));
+  }
+  gpu_outs g1, g2;
+  run_gpu(&g1, &d, dq_, dk_, dv_, db_, dm_, dg_, ddo);
+  run_gpu(&g2, &d, dq_, dk_, dv_, db_, dm_, dg_, ddo);
+
+  char tag[160];
+  snprintf(tag, sizeof tag, "%s B=%d R=%d H=%d N=%d D=%d%s%s%s", variant ? "portable" : "mma", B,
+           R, H, N, D, c->bias ? " bias" : "", c->mask ? " mask" : "", c->gate ? " gate" : "");
+
+  /* reference, on all rows r or on a subset */
+  int nr = c->rsub > 0 && c->rsub < R ? c->rsub : R;
+  int *rs = (int *)malloc(sizeof(int) * (size_t)(nr ? nr : 1));
+  for (int i = 0; i < nr; i++) rs[i] = nr == R ? i : (int)((int64_t)i * (R - 1) / (nr - 1));
+  if (nr < R) rs[1] = 1; /* include the fully masked row */
+  mf_attn_dims ds = d;
+  ds.R = nr;
+  const int64_t iq = (int64_t)H * N * D, il = (int64_t)H * N;
+  const int64_t sq = (int64_t)B * nr * iq, sl = (int64_t)B * nr * il;
+  double *sq_ = mf_test_alloc(sq), *sk = mf_test_alloc(sq), *sv = mf_test_alloc(sq);
+  double *sg = mf_test_alloc(sq), *sdo = mf_test_alloc(sq);
+  uint8_t *sm = (uint8_t *)malloc((size_t)B * nr * N + 1);
+  take_rows(sq_, q, B, R, iq, rs, nr);
+  take_rows(sk, k, B, R, iq, rs, nr);
+  take_rows(sv, v, B, R, iq, rs, nr);
+  take_rows(sg, gate, B, R, iq, rs, nr);
+  take_rows(sdo, dout, B, R, iq, rs, nr);
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < nr; i++)
+      memcpy(sm + ((int64_t)b * nr + i) * N, mask + ((int64_t)b * R + rs[i]) * N, (size_t)N);
+  double *rout = mf_test_alloc(sq), *rlse = mf_test_alloc(sl), *rdq = mf_test_alloc(sq);
+  double *rdk = mf_test_alloc(sq), *rdv = mf_test_alloc(sq), *rdg = mf_test_alloc(sq);
+  double *rdb = mf_test_alloc(nb);
+  const double *pb = c->bias ? bias : NULL, *pg = c->gate ? sg : NULL;
+  const uint8_t *pm = c->mask ? sm : NULL;
+  mf_attention_forward(rout, rlse, sq_, sk, sv, pb, pm, pg, ds);
+  mf_attention_backward(rdq, rdk, rdv, c->bias && nr == R ? rdb : NULL, c->gate ? rdg : NULL, sdo,
+                        rlse, sq_, sk, sv, pb, pm, pg, ds);
+
+  /* GPU results, same rows */
+  double *full = mf_test_alloc(nq), *got = mf_test_alloc(sq);
+  char what[220];
+#define CHECK_Q(dev, ref, name, degen)                                       \
+  do {                                                                       \
+    from_dev_bf16(full, dev, nq);                                            \
+    take_rows(got, full, B, R, iq, rs, nr);                                  \
+    snprintf(what, sizeof what, "%s %s", tag, name);                         \
+    check_close(what, got, ref, sq, 1e-2, degen);                            \
+  } while (0)
+  CHECK_Q(g1.out, rout, "out", 0);
+  CHECK_Q(g1.dq, rdq, "dq", N == 1);
+  CHECK_Q(g1.dk, rdk, "dk", N == 1);
+  CHECK_Q(g1.dv, rdv, "dv", 0);
+  if (c->gate) CHECK_Q(g1.dgate, rdg, "dgate", 0);
+  if (c->bias) {
+    double *gdb = mf_test_alloc(nb);
+    from_dev_bf16(gdb, g1.dbias, nb);
+    if (nr == R) {
+      snprintf(what, sizeof what, "%s dbias", tag);
+      check_close(what, gdb, rdb, nb, N == 1 ? 2e-2 : 1e-2, N == 1); /* dbias: a sum of R noises */
+    } else { /* no reference (a sum over all r): check it is written and finite */
+      int64_t bad = 0;
+      for (int64_t i = 0; i < nb; i++) bad += !isfinite(gdb[i]);
+      MF_TEST(bad == 0, "%s dbias: %lld non-finite of %lld", tag, (long long)bad, (long long)nb);
+    }
+  }
+  /* lse: the same -inf rows, finite values close */
+  {
+    float *hl = (float *)malloc((size_t)(nl ? nl : 1) * sizeof(float));
+    MF_CHECK_CUDA(cudaMemcpy(hl, g1.lse, (size_t)nl * sizeof(float), cudaMemcpyDeviceToHost));
+    int64_t bad = 0;
+    double maxerr = 0;
+    for (int b = 0; b < B; b++)
+      for (int i = 0; i < nr; i++)
+        for (int64_t j = 0; j < il; j++) {
+          const double gl = hl[((int64_t)b * R + rs[i]) * il + j], rl = rlse[((int64_t)b * nr + i) * il + j];
+          if (isinf(rl) || isinf(gl)) bad += !(gl == rl);
+          else if (!(fabs(gl - rl) <= 2e-2 * (1 + fabs(rl)))) bad++;
+          else if (fabs(gl - rl) > maxerr) maxerr = fabs(gl - rl);
+        }
+    MF_TEST(bad == 0, "%s lse: %lld bad of %lld (max |err| %.2e)", tag, (long long)bad,
+            (long long)sl, maxerr);
+    free(hl);
+  }
+  /* determinism: a second run, bit for bit */
+  const size_t bq = (size_t)nq * 2, bb = (size_t)nb * 2;
+  int same = same_bytes(g1.out, g2.out, bq) && same_bytes(g1.lse, g2.lse, (size_t)nl * 4) &&
+             same_bytes(g1.dq, g2.dq, bq) && same_bytes(g1.dk, g2.dk, bq) &&
+             same_bytes(g1.dv, g2.dv, bq) && (!c->bias || same_bytes(g1.dbias, g2.dbias, bb)) &&
+             (!c->gate || same_bytes(g1.dgate, g2.dgate, bq));
+  MF_TEST(same, "%s: two runs bit-identical", tag);
+
+  free_outs(&g1);
+  free_outs(&g2);
+  void *ins[] = {dq_, dk_, dv_, db_, dg_, ddo, dm_};
+  for (int i = 0; i < 7; i++)
+    if (ins[i]) MF_CHECK_CUDA(cudaFree(ins[i]));
+  free(mask);
+  free(sm);
+  free(rs);
+  mf_test_free_all();
+}
+
+int main(void) {
+  mf_test_begin("test_attention_gpu");
+  if (mf_cuda_init(0) != MF_OK) {
+    MF_TEST(0, "no GPU: %s", mf_error_message());
+    return mf_test_end();
+  }
+  if (getenv("MF_ATT_TEST_SMALL")) { /* a small run, for compute-sanitizer */
+    att_case a = {1, 3, 2, 65, 32, 1, 1, 1, 0}, b = {1, 1, 2, 70, 24, 1, 1, 0, 0};
+    run_case(&a, 0, 11);
+    run_case(&b, 0, 12);
+    run_case(&a, 1, 13);
+    return mf_test_end();
+  }
+  const int Ns[] = {1, 7, 63, 64, 65, 200, 384};
+  const int Ds[] = {32, 24, 48, 16, 8};
+  uint64_t seed = 1000;
+  int ci = 0;
+  for (int in = 0; in < 7; in++) {
+    const int N = Ns[in];
+    const int Rs[] = {1, 5, N};
+    for (int ir = 0; ir < 3; ir++) {
+      const int R = Rs[ir];
+      if (ir == 2 && (N == 1 || N == 5)) continue; /* same as an earlier R */
+      att_case c;
+      c.B = (N <= 65 && ir == 1) ? 2 : 1;
+      c.R = R;
+      c.N = N;
+      c.D = Ds[ci % 5];
+      c.H = (N >= 200 && R == N) ? 2 : 3;
+      c.bias = (ci % 7) != 3; /* one case in seven without a bias */
+      c.mask = (ci % 4) != 2;
+      c.gate = (ci % 2) == 1;
+      c.rsub = (N == 384 && R == N) ? 6 : 0;
+      if (N == 200 && R == N) c.D = 8; /* the full double reference stays affordable */
+      run_case(&c, 0, seed);
+      seed += 100;
+      ci++;
+    }
+  }
+  /* every head dim at one awkward shape, with everything on */
+  for (int i = 0; i < 5; i++) {
+    att_case c = {1, 5, 4, 130, Ds[i], 1, 1, i % 2, 0};
+    run_case(&c, 0, seed);
+    seed += 100;
+  }
+  /* the portable path (no tensor-core instructions) on a few shapes */
+  {
+    att_case c1 = {2, 5, 2, 65, 32, 1, 1, 1, 0};
+    att_case c2 = {1, 1, 3, 70, 24, 1, 1, 0, 0};
+    att_case c3 = {1, 7, 2, 63, 48, 1, 1, 0, 0};
+    run_case(&c1, 1, seed += 100);
+    run_case(&c2, 1, seed += 100);
+    run_case(&c3, 1, seed += 100);
+  }
+  mf_attention_cuda_set_variant(0);
+  return mf_test_end();
+}
