@@ -1,0 +1,345 @@
+/* evofusion.cu — benchmark of the EvoFusion ops on the pair tensor (M = N² rows, c = 128):
+ * LayerNorm + Linear (128 → 128), the gated projection (LN + [p | g] GEMM, 128 → 128), the
+ * SwiGLU transition (Hd = 4c), the outgoing triangle multiplication (Ch = 128) and the
+ * residual + row dropout, forward and backward separately, plus a device-to-device copy
+ * measured in the same process as the bandwidth ceiling. The forwards of the first three
+ * also run in the non-default variant ("[fused]": the custom fused LN + GEMM kernel; the
+ * default is LN staging + cuBLAS). Times are medians of CUDA-event
+ * timed repetitions after warm-up, on random bf16 inputs. "GB/s" counts the op's
+ * unavoidable traffic only (each activation input read once, each activation output
+ * written once, bf16), so it is comparable across implementations; "TFLOP/s" counts the
+ * GEMM FLOPs of the forward (2× for the backward, without recomputation). Not a
+ * correctness test (tests/gpu/test_fusion_gpu.cu is). Writes JSON rows in DESIGN.md's
+ * format with --json.
+ *   evofusion [--ns 384,768] [--reps 20] [--json out.json] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cuda/device.h"
+#include "ops/cuda/dropout_cuda.h"
+#include "ops/cuda/gemm_cuda.h"
+#include "ops/cuda/gpu.h"
+#include "ops/cuda/ln_linear_cuda.h"
+#include "ops/cuda/transition_cuda.h"
+#include "ops/cuda/trimul_cuda.h"
+
+#define C_PAIR 128
+
+static mf_cuda_blas g_blas;
+static int g_reps = 20;
+
+/* N(0, scale²) + offset in bf16, drawn from the Philox test stream on the host. */
+static mf_bf16_t *dev_rand(int64_t n, uint64_t seed, double scale, double offset) {
+  mf_bf16 *h = (mf_bf16 *)malloc((size_t)n * sizeof(mf_bf16));
+  MF_CHECK_PTR(h);
+  for (int64_t i = 0; i < n; i++)
+    h[i] = mf_bf16_from_f32((float)(scale * mf_rng_normal(seed, MF_RNG_TEST, (uint64_t)i) + offset));
+  mf_bf16_t *d = NULL;
+  MF_CHECK_CUDA(cudaMalloc(&d, (size_t)n * 2));
+  MF_CHECK_CUDA(cudaMemcpy(d, h, (size_t)n * 2, cudaMemcpyHostToDevice));
+  free(h);
+  return d;
+}
+static void *dev_zero(size_t bytes) {
+  void *d = NULL;
+  MF_CHECK_CUDA(cudaMalloc(&d, bytes));
+  MF_CHECK_CUDA(cudaMemset(d, 0, bytes));
+  return d;
+}
+
+typedef void (*bench_fn)(void *ctx);
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+static float median_ms(bench_fn fn, void *ctx) {
+  cudaEvent_t e0, e1;
+  MF_CHECK_CUDA(cudaEventCreate(&e0));
+  MF_CHECK_CUDA(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; i++) fn(ctx);
+  MF_CHECK_CUDA(cudaDeviceSynchronize());
+  float *t = (float *)malloc((size_t)g_reps * sizeof(float));
+  for (int r = 0; r < g_reps; r++) {
+    MF_CHECK_CUDA(cudaEventRecord(e0, 0));
+    fn(ctx);
+    MF_CHECK_CUDA(cudaEventRecord(e1, 0));
+    MF_CHECK_CUDA(cudaEventSynchronize(e1));
+    MF_CHECK_CUDA(cudaEventElapsedTime(&t[r], e0, e1));
+  }
+  qsort(t, (size_t)g_reps, sizeof(float), cmp_float);
+  float m = t[g_reps / 2];
+  free(t);
+  MF_CHECK_CUDA(cudaEventDestroy(e0));
+  MF_CHECK_CUDA(cudaEventDestroy(e1));
+  return m;
+}
+
+/* ---------------------------------------------------------------- the problems */
+typedef struct {
+  int N;
+  int64_t M;
+  mf_bf16_t *x, *dout, *out, *dx, *g, *b, *w1, *w2;
+  float *mean, *rstd, *dg, *db, *dw1, *dw2;
+  void *ws, *saved;
+  size_t wsb;
+  mf_trimul_cuda_weights tw;
+  mf_trimul_cuda_grads tg;
+  float *mask;
+  mf_resdrop_cuda rd;
+} prob;
+
+static void lnl_fwd(void *p_) {
+  prob *p = (prob *)p_;
+  mf_ln_linear_forward_cuda(p->out, p->mean, p->rstd, p->x, p->g, p->b, p->w1, NULL, p->M, C_PAIR,
+                            C_PAIR, MF_LN_FULL, p->ws, p->wsb, &g_blas, 0);
+}
+static void lnl_bwd(void *p_) {
+  prob *p = (prob *)p_;
+  mf_ln_linear_backward_cuda(p->dx, p->dg, p->db, p->dw1, NULL, p->dout, p->mean, p->rstd, p->x,
+                             p->g, p->b, p->w1, p->M, C_PAIR, C_PAIR, MF_LN_FULL, p->ws, p->wsb,
+                             &g_blas, 0);
+}
+static void gl_fwd(void *p_) {
+  prob *p = (prob *)p_;
+  mf_gated_linear_forward_cuda(p->out, p->mean, p->rstd, p->x, p->g, p->b, p->w1, NULL, p->M,
+                               C_PAIR, C_PAIR, MF_LN_FULL, p->ws, p->wsb, &g_blas, 0);
+}
+static void gl_bwd(void *p_) {
+  prob *p = (prob *)p_;
+  mf_gated_linear_backward_cuda(p->dx, p->dg, p->db, p->dw1, p->dout, p->mean, p->rstd, p->x, p->g,
+                                p->b, p->w1, NULL, p->M, C_PAIR, C_PAIR, MF_LN_FULL, p->ws, p->wsb,
+                                &g_blas, 0);
+}
+static void tr_fwd(void *p_) {
+  prob *p = (prob *)p_;
+  mf_transition_forward_cuda(p->out, p->mean, p->rstd, p->x, p->g, p->b, p->w1, p->w2, p->M,
+                             C_PAIR, 4 * C_PAIR, MF_LN_FULL, 0, p->ws, p->wsb, &g_blas, 0);
+}
+static void tr_bwd(void *p_) {
+  prob *p = (prob *)p_;
+  mf_transition_backward_cuda(p->dx, p->dg, p->db, p->dw1, p->dw2, p->dout, p->mean, p->rstd, p->x,
+                              p->g, p->b, p->w1, p->w2, p->M, C_PAIR, 4 * C_PAIR, MF_LN_FULL,
+                              p->ws, p->wsb, &g_blas, 0);
+}
+static void tm_fwd(void *p_) {
+  prob *p = (prob *)p_;
+  mf_trimul_forward_cuda(p->out, p->saved, p->x, NULL, &p->tw, p->N, C_PAIR, C_PAIR, 1, NULL, p->ws,
+                         p->wsb, &g_blas, 0);
+}
+static void tm_bwd(void *p_) {
+  prob *p = (prob *)p_;
+  mf_trimul_backward_cuda(p->dx, &p->tg, p->dout, p->saved, p->x, NULL, &p->tw, p->N, C_PAIR,
+                          C_PAIR, 1, NULL, p->ws, p->wsb, &g_blas, 0);
+}
+static void rd_fwd(void *p_) {
+  prob *p = (prob *)p_;
+  mf_dropout_mask_cuda(p->mask, p->N, C_PAIR, p->rd.p, p->rd.seed, p->rd.stream, 0);
+  mf_dropout_residual_forward_cuda(p->out, p->x, p->mask, p->N, p->N, C_PAIR, MF_DROPOUT_ROWWISE, 0);
+}
+static void rd_bwd(void *p_) {
+  prob *p = (prob *)p_;
+  mf_dropout_mask_cuda(p->mask, p->N, C_PAIR, p->rd.p, p->rd.seed, p->rd.stream, 0);
+  mf_dropout_backward_cuda(p->dx, p->dout, p->mask, p->N, p->N, C_PAIR, MF_DROPOUT_ROWWISE, 0);
+}
+typedef struct {
+  void *dst, *src;
+  size_t bytes;
+} copy_ctx;
+static void copy_run(void *c_) {
+  copy_ctx *c = (copy_ctx *)c_;
+  MF_CHECK_CUDA(cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, 0));
+}
+
+/* ---------------------------------------------------------------- output */
+static FILE *g_json;
+static int g_rows;
+static double g_copy_gbps;
+
+static void row(const char *op, int N, const char *pass, float ms, double bytes, double flops,
+                double extra_bytes) {
+  const double gbps = bytes / ms / 1e6, tf = flops / ms / 1e9;
+  printf("%-21s N=%4d %-4s %9.3f ms %8.0f GB/s (%3.0f%% of copy) %7.1f TFLOP/s  extra %.2f GiB\n",
+         op, N, pass, ms, gbps, g_copy_gbps > 0 ? 100 * gbps / g_copy_gbps : 0, tf,
+         extra_bytes / (1 << 30));
+  if (g_json)
+    fprintf(g_json,
+            "%s  {\"variant\": \"megafold\", \"op\": \"%s\", \"N\": %d, \"M\": %lld, \"pass\": \"%s\", "
+            "\"ms\": %.5f, \"bytes\": %.0f, \"gbps\": %.1f, \"tflops\": %.2f, \"peak_gib\": %.4f}",
+            g_rows++ ? ",\n" : "", op, N, (long long)N * N, pass, ms, bytes, gbps, tf,
+            extra_bytes / (1 << 30));
+}
+
+static void bench_n(int N) {
+  const int C = C_PAIR, Hd = 4 * C_PAIR;
+  prob p;
+  memset(&p, 0, sizeof p);
+  p.N = N;
+  p.M = (int64_t)N * N;
+  const int64_t M = p.M;
+  const double act = (double)M * C * 2; /* one bf16 activation (M, C) */
+  p.x = dev_rand(M * C, 11, 1.5, 0.3);
+  p.dout = dev_rand(M * C, 12, 1.0, 0.0);
+  p.out = (mf_bf16_t *)dev_zero((size_t)act);
+  p.dx = (mf_bf16_t *)dev_zero((size_t)act);
+  p.g = dev_rand(C, 13, 0.2, 1.0);
+  p.b = dev_rand(C, 14, 0.2, 0.0);
+  p.mean = (float *)dev_zero((size_t)M * 4);
+  p.rstd = (float *)dev_zero((size_t)M * 4);
+  p.dg = (float *)dev_zero((size_t)C * 4);
+  p.db = (float *)dev_zero((size_t)C * 4);
+  const double fl_lin = 2.0 * M * C * C;
+
+  /* LayerNorm + Linear 128 → 128 */
+  p.w1 = dev_rand((int64_t)C * C, 15, 0.09, 0);
+  p.dw1 = (float *)dev_zero((size_t)C * C * 4);
+  p.wsb = mf_ln_linear_cuda_workspace(M, C, C, 0);
+  p.ws = dev_zero(p.wsb);
+  const int def = mf_ln_linear_cuda_set_variant(0); /* the fused custom forward, for comparison */
+  row("ln_linear[fused]", N, "fwd", median_ms(lnl_fwd, &p), 2 * act, fl_lin, 8.0 * M);
+  mf_ln_linear_cuda_set_variant(def);
+  lnl_fwd(&p);
+  row("ln_linear", N, "fwd", median_ms(lnl_fwd, &p), 2 * act, fl_lin, (double)p.wsb + 8.0 * M);
+  row("ln_linear", N, "bwd", median_ms(lnl_bwd, &p), 3 * act, 2 * fl_lin, (double)p.wsb);
+  MF_CHECK_CUDA(cudaFree(p.ws));
+  MF_CHECK_CUDA(cudaFree(p.w1));
+  MF_CHECK_CUDA(cudaFree(p.dw1));
+
+  /* gated projection: LN + [p | g] (256 outputs) + gate, 128 → 128 */
+  p.w1 = dev_rand(2 * (int64_t)C * C, 16, 0.09, 0);
+  p.dw1 = (float *)dev_zero((size_t)2 * C * C * 4);
+  p.wsb = mf_gated_linear_cuda_workspace(M, C, C);
+  p.ws = dev_zero(p.wsb);
+  mf_ln_linear_cuda_set_variant(0);
+  row("gated_linear[fused]", N, "fwd", median_ms(gl_fwd, &p), 2 * act, 2 * fl_lin, 8.0 * M);
+  mf_ln_linear_cuda_set_variant(def);
+  gl_fwd(&p);
+  row("gated_linear", N, "fwd", median_ms(gl_fwd, &p), 2 * act, 2 * fl_lin, (double)p.wsb + 8.0 * M);
+  row("gated_linear", N, "bwd", median_ms(gl_bwd, &p), 3 * act, 4 * fl_lin, (double)p.wsb);
+  MF_CHECK_CUDA(cudaFree(p.ws));
+  MF_CHECK_CUDA(cudaFree(p.w1));
+  MF_CHECK_CUDA(cudaFree(p.dw1));
+
+  /* SwiGLU transition, Hd = 4c */
+  p.w1 = dev_rand(2 * (int64_t)Hd * C, 17, 0.09, 0);
+  p.w2 = dev_rand((int64_t)C * Hd, 18, 0.044, 0);
+  p.dw1 = (float *)dev_zero((size_t)2 * Hd * C * 4);
+  p.dw2 = (float *)dev_zero((size_t)C * Hd * 4);
+  p.wsb = mf_transition_cuda_workspace(M, C, Hd);
+  p.ws = dev_zero(p.wsb);
+  const double fl_tr = 6.0 * M * C * Hd;
+  mf_ln_linear_cuda_set_variant(0);
+  row("transition[fused]", N, "fwd", median_ms(tr_fwd, &p), 2 * act, fl_tr, (double)p.wsb + 8.0 * M);
+  mf_ln_linear_cuda_set_variant(def);
+  tr_fwd(&p);
+  row("transition", N, "fwd", median_ms(tr_fwd, &p), 2 * act, fl_tr, (double)p.wsb + 8.0 * M);
+  row("transition", N, "bwd", median_ms(tr_bwd, &p), 3 * act, 2 * fl_tr, (double)p.wsb);
+  MF_CHECK_CUDA(cudaFree(p.ws));
+  MF_CHECK_CUDA(cudaFree(p.w1));
+  MF_CHECK_CUDA(cudaFree(p.w2));
+  MF_CHECK_CUDA(cudaFree(p.dw1));
+  MF_CHECK_CUDA(cudaFree(p.dw2));
+
+  /* triangle multiplication, outgoing, C = Ch = 128 */
+  {
+    const int Ch = C;
+    const int64_t nw = 2 * C + (int64_t)(4 * Ch + C) * C + 2 * Ch + (int64_t)C * Ch;
+    mf_bf16_t *flat = dev_rand(nw, 19, 0.09, 0);
+    float *gflat = (float *)dev_zero((size_t)nw * 4);
+    const int64_t o_cat = 2 * C, o_lg = o_cat + (int64_t)(4 * Ch + C) * C;
+    /* LayerNorm γ ≈ 1: reuse p.g / p.b for both LayerNorms */
+    p.tw.ln_in_g = p.g;
+    p.tw.ln_in_b = p.b;
+    p.tw.w_cat = flat + o_cat;
+    p.tw.ln_out_g = p.g;
+    p.tw.ln_out_b = p.b;
+    p.tw.w_z = flat + o_lg + 2 * Ch;
+    p.tg.ln_in_g = gflat;
+    p.tg.ln_in_b = gflat + C;
+    p.tg.w_cat = gflat + o_cat;
+    p.tg.ln_out_g = gflat + o_lg;
+    p.tg.ln_out_b = gflat + o_lg + Ch;
+    p.tg.w_z = gflat + o_lg + 2 * Ch;
+    const size_t sb = mf_trimul_cuda_saved_bytes(N, Ch);
+    p.saved = dev_zero(sb);
+    p.wsb = mf_trimul_cuda_workspace(N, C, Ch);
+    p.ws = dev_zero(p.wsb);
+    tm_fwd(&p);
+    const double fl_tm = 2.0 * M * C * (4 * Ch + C) + 2.0 * N * (double)M * Ch + 2.0 * M * Ch * C;
+    row("trimul_out", N, "fwd", median_ms(tm_fwd, &p), 2 * act, fl_tm, (double)(p.wsb + sb));
+    row("trimul_out", N, "bwd", median_ms(tm_bwd, &p), 3 * act, 2 * fl_tm, (double)(p.wsb + sb));
+    MF_CHECK_CUDA(cudaFree(p.ws));
+    MF_CHECK_CUDA(cudaFree(p.saved));
+    MF_CHECK_CUDA(cudaFree(flat));
+    MF_CHECK_CUDA(cudaFree(gflat));
+  }
+
+  /* residual + row dropout p = 0.25 (mask regenerated from Philox every call) */
+  p.mask = (float *)dev_zero((size_t)N * C * 4);
+  p.rd.p = 0.25;
+  p.rd.seed = 7;
+  p.rd.stream = mf_rng_stream(1, MF_RNG_DROPOUT, 0);
+  p.rd.axis = MF_DROPOUT_ROWWISE;
+  row("resdrop_row", N, "fwd", median_ms(rd_fwd, &p), 3 * act, 0, (double)N * C * 4);
+  row("resdrop_row", N, "bwd", median_ms(rd_bwd, &p), 2 * act, 0, (double)N * C * 4);
+  MF_CHECK_CUDA(cudaFree(p.mask));
+
+  void *frees[] = {p.x, p.dout, p.out, p.dx, p.g, p.b, p.mean, p.rstd, p.dg, p.db};
+  for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++) MF_CHECK_CUDA(cudaFree(frees[i]));
+}
+
+int main(int argc, char **argv) {
+  const char *ns = "384,768", *json = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--ns") && i + 1 < argc) ns = argv[++i];
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else {
+      fprintf(stderr, "usage: evofusion [--ns 384,768] [--reps 20] [--json out.json]\n");
+      return 2;
+    }
+  }
+  if (mf_cuda_init(0) != MF_OK) {
+    fprintf(stderr, "evofusion: %s\n", mf_error_message());
+    return 1;
+  }
+  char desc[256];
+  printf("evofusion on %s\n", mf_cuda_describe(desc, sizeof desc));
+  mf_cuda_blas_create(&g_blas, 0);
+  if (json) {
+    g_json = fopen(json, "w");
+    MF_CHECK_PTR(g_json);
+    fprintf(g_json, "{\"gpu\": \"%s\", \"rows\": [\n", desc);
+  }
+  /* copy bandwidth: 2 GiB device to device, bytes read + written */
+  {
+    copy_ctx c = {NULL, NULL, (size_t)2 << 30};
+    c.src = dev_zero(c.bytes);
+    c.dst = dev_zero(c.bytes);
+    const float ms = median_ms(copy_run, &c);
+    g_copy_gbps = 2.0 * c.bytes / ms / 1e6;
+    printf("d2d copy      %.3f ms for 2 GiB: %.0f GB/s (read + write)\n", ms, g_copy_gbps);
+    if (g_json)
+      fprintf(g_json, "  {\"variant\": \"megafold\", \"op\": \"d2d_copy\", \"N\": 0, \"pass\": \"copy\", "
+                      "\"ms\": %.5f, \"bytes\": %.0f, \"gbps\": %.1f, \"peak_gib\": 0}",
+              ms, 2.0 * c.bytes, g_copy_gbps);
+    g_rows = 1;
+    MF_CHECK_CUDA(cudaFree(c.src));
+    MF_CHECK_CUDA(cudaFree(c.dst));
+  }
+  for (const char *s = ns; *s;) {
+    int N = atoi(s);
+    if (N > 0) bench_n(N);
+    const char *c = strchr(s, ',');
+    if (!c) break;
+    s = c + 1;
+  }
+  if (g_json) {
+    fprintf(g_json, "\n], \"copy_gbps\": %.1f}\n", g_copy_gbps);
+    fclose(g_json);
+  }
+  mf_cuda_blas_destroy(&g_blas);
+  return 0;
+}

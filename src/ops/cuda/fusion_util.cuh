@@ -1,0 +1,79 @@
+/* fusion_util.cuh — small device and host helpers private to the EvoFusion .cu files
+ * (ln_linear, transition, trimul, dropout): the workspace carver, sigmoid, and the
+ * pointer-type shorthands. Not a public header; C code never includes it. */
+#ifndef MF_OPS_CUDA_FUSION_UTIL_CUH
+#define MF_OPS_CUDA_FUSION_UTIL_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gemm_cuda.h"
+#include "gpu.h"
+
+typedef __nv_bfloat16 bf16;
+
+/* Carves a device workspace into 256-byte-aligned slices; with base = NULL it only
+ * counts (the *_workspace() size functions run the same carving code). */
+typedef struct {
+  char *base;
+  size_t used;
+} mf_carver;
+
+static inline void *mf_carve(mf_carver *c, size_t bytes) {
+  void *p = c->base ? c->base + c->used : NULL;
+  c->used += mf_cuda_align(bytes ? bytes : 1);
+  return p;
+}
+
+static __device__ __forceinline__ float mf_sigmoidf(float x) { return 1.0f / (1.0f + __expf(-x)); }
+
+/* VEC consecutive values as fp32: VEC = 8 moves 16 bytes of bf16 (32 of fp32) per access
+ * and needs 16-byte alignment; VEC = 1 is the scalar fallback for widths not divisible by 8. */
+template <int VEC>
+static __device__ __forceinline__ void mf_ldv(float *f, const bf16 *p) {
+  if constexpr (VEC == 8) {
+    const uint4 u = *(const uint4 *)p;
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      f[2 * k] = __low2float(h[k]);
+      f[2 * k + 1] = __high2float(h[k]);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) f[k] = __bfloat162float(p[k]);
+  }
+}
+template <int VEC>
+static __device__ __forceinline__ void mf_stv(bf16 *p, const float *f) {
+  if constexpr (VEC == 8) {
+    uint4 u;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
+#pragma unroll
+    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+    *(uint4 *)p = u;
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) p[k] = __float2bfloat16_rn(f[k]);
+  }
+}
+template <int VEC>
+static __device__ __forceinline__ void mf_ldvf(float *f, const float *p) {
+  if constexpr (VEC == 8) {
+    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+    f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) f[k] = p[k];
+  }
+}
+
+/* Grid for a grid-stride elementwise kernel over n items (at most 16 blocks per SM). */
+static inline unsigned mf_ew_blocks(int64_t n) {
+  int64_t b = (n + 255) / 256;
+  if (b > 132 * 16) b = 132 * 16;
+  return (unsigned)(b < 1 ? 1 : b);
+}
+
+#endif

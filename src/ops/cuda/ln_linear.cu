@@ -1,0 +1,846 @@
+/* ln_linear.cu — EvoFusion LayerNorm + Linear and the gated projection on the GPU:
+ * LN rows into a bf16 staging chunk + cuBLAS GEMM + epilogue kernels,
+ * forward and backward (recomputing the normalised rows), plus the LayerNorm building
+ * blocks shared by transition.cu and trimul.cu. See ln_linear_cuda.h. Not the CPU
+ * reference (src/ops/cpu/ln_linear.c). */
+#include "ln_linear_cuda.h"
+
+#include <mma.h>
+
+#include "fusion_util.cuh"
+
+#define LN_ROWS_PER_BLOCK 8 /* warps per block, one row each */
+#define LN_BWD_MAX_BLOCKS 1056 /* 8 blocks of 8 warps per SM on 132 SMs */
+
+static int64_t g_chunk_override = 0;
+
+extern "C" int64_t mf_fusion_set_chunk_rows(int64_t rows) {
+  int64_t old = g_chunk_override;
+  g_chunk_override = rows > 0 ? rows : 0;
+  return old;
+}
+
+extern "C" int64_t mf_fusion_chunk_rows(int64_t M, size_t bytes_per_row) {
+  if (M <= 0) return 1;
+  if (g_chunk_override) return g_chunk_override < M ? g_chunk_override : M;
+  /* at most MF_FUSION_STAGING_BYTES of staging, in equal chunks (multiples of 256 rows) */
+  int64_t cap = (int64_t)(MF_FUSION_STAGING_BYTES / (bytes_per_row ? bytes_per_row : 1)) / 256 * 256;
+  if (cap < 256) cap = 256;
+  const int64_t chunks = (M + cap - 1) / cap;
+  int64_t R = (M + chunks - 1) / chunks;
+  R = (R + 255) / 256 * 256;
+  return R < M ? R : M;
+}
+
+/* ================================================================ LayerNorm rows */
+
+/* Channel of value i of a lane: contiguous pairs when CONTIG (C == 32·V, V even: each
+ * lane owns V consecutive channels, loaded as bf16 pairs, so a warp moves whole 128-byte
+ * lines), else lane-strided (c = i·32 + lane, any C). */
+template <int V, bool CONTIG>
+static __device__ __forceinline__ int ln_chan(int lane, int i) {
+  return CONTIG ? lane * V + i : i * MF_WARP_SIZE + lane;
+}
+
+/* v[0..V) = row values (0 past C), as fp32. */
+template <int V, bool CONTIG>
+static __device__ __forceinline__ void ln_load_bf16(float *v, const bf16 *__restrict__ row, int lane,
+                                                    int C) {
+  if (CONTIG) {
+#pragma unroll
+    for (int i = 0; i < V; i += 2) {
+      const __nv_bfloat162 p = *(const __nv_bfloat162 *)(row + lane * V + i);
+      v[i] = __low2float(p);
+      v[i + 1] = __high2float(p);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      const int c = i * MF_WARP_SIZE + lane;
+      v[i] = c < C ? mf_bf16_to_f32(row[c]) : 0.0f;
+    }
+  }
+}
+
+/* y (rows, C) = LN(x (rows, C)); one warp per row, V values per lane (C <= 32·V).
+ * Statistics in fp32 from registers (two-pass variance). */
+template <int V, bool CONTIG>
+static __global__ void ln_rows_kernel(bf16 *__restrict__ y, float *__restrict__ mean,
+                               float *__restrict__ rstd, const bf16 *__restrict__ x,
+                               const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
+                               int64_t rows, int C, int mode, int use_saved) {
+  const int lane = threadIdx.x % MF_WARP_SIZE, w = threadIdx.x / MF_WARP_SIZE;
+  const int64_t r = (int64_t)blockIdx.x * (blockDim.x / MF_WARP_SIZE) + w;
+  if (r >= rows) return;
+  float v[V];
+  ln_load_bf16<V, CONTIG>(v, x + r * C, lane, C);
+  float mu, rs;
+  if (use_saved) {
+    mu = mean[r];
+    rs = rstd[r];
+  } else {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; i++) s += v[i];
+    mu = mf_warp_sum(s) / (float)C;
+    float q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      const float d = v[i] - mu;
+      q += ln_chan<V, CONTIG>(lane, i) < C ? d * d : 0.0f;
+    }
+    rs = 1.0f / sqrtf(mf_warp_sum(q) / (float)C + (float)MF_LN_EPS);
+    if (lane == 0 && mean) {
+      mean[r] = mu;
+      rstd[r] = rs;
+    }
+  }
+  float o[V];
+#pragma unroll
+  for (int i = 0; i < V; i++) {
+    const int c = ln_chan<V, CONTIG>(lane, i);
+    float t = (v[i] - mu) * rs;
+    if (c < C) {
+      if (mode != MF_LN_NONE) t *= mf_bf16_to_f32(gamma[c]);
+      if (mode == MF_LN_FULL) t += mf_bf16_to_f32(beta[c]);
+    }
+    o[i] = t;
+  }
+  bf16 *yr = y + r * C;
+  if (CONTIG) {
+#pragma unroll
+    for (int i = 0; i < V; i += 2)
+      *(__nv_bfloat162 *)(yr + lane * V + i) = __floats2bfloat162_rn(o[i], o[i + 1]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      const int c = i * MF_WARP_SIZE + lane;
+      if (c < C) yr[c] = mf_f32_to_bf16(o[i]);
+    }
+  }
+}
+
+/* dx (rows, C) and per-block partials part (gridDim.x, 2C) of Σ dy⊙x̂ and Σ dy.
+ * Rows are taken in a fixed grid-stride order, so the partials are deterministic. */
+template <int V, bool CONTIG>
+static __global__ void ln_rows_bwd_kernel(bf16 *__restrict__ dx, float *__restrict__ part,
+                                   const float *__restrict__ dy, const bf16 *__restrict__ x,
+                                   const float *__restrict__ mean, const float *__restrict__ rstd,
+                                   const bf16 *__restrict__ gamma, int64_t rows, int C, int mode,
+                                   int accumulate) {
+  extern __shared__ float sm[]; /* (warps, 2C) */
+  const int lane = threadIdx.x % MF_WARP_SIZE, w = threadIdx.x / MF_WARP_SIZE;
+  const int nw = blockDim.x / MF_WARP_SIZE;
+  float pg[V], pb[V], gm[V];
+#pragma unroll
+  for (int i = 0; i < V; i++) {
+    const int c = ln_chan<V, CONTIG>(lane, i);
+    pg[i] = 0.0f;
+    pb[i] = 0.0f;
+    gm[i] = (c < C && mode != MF_LN_NONE) ? mf_bf16_to_f32(gamma[c]) : 1.0f;
+  }
+  for (int64_t r = (int64_t)blockIdx.x * nw + w; r < rows; r += (int64_t)gridDim.x * nw) {
+    const float mu = mean[r], rs = rstd[r];
+    float xh[V], d[V], g[V], sg = 0.0f, sgx = 0.0f;
+    ln_load_bf16<V, CONTIG>(xh, x + r * C, lane, C);
+    if (CONTIG) {
+#pragma unroll
+      for (int i = 0; i < V; i += 2) {
+        const float2 t = *(const float2 *)(dy + r * C + lane * V + i);
+        d[i] = t.x;
+        d[i + 1] = t.y;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; i++) {
+        const int c = i * MF_WARP_SIZE + lane;
+        d[i] = c < C ? dy[r * C + c] : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      const int c = ln_chan<V, CONTIG>(lane, i);
+      xh[i] = c < C ? (xh[i] - mu) * rs : 0.0f;
+      g[i] = d[i] * gm[i];
+      sg += g[i];
+      sgx += g[i] * xh[i];
+      pg[i] += d[i] * xh[i];
+      pb[i] += d[i];
+    }
+    sg = mf_warp_sum(sg) / (float)C;
+    sgx = mf_warp_sum(sgx) / (float)C;
+    if (dx) {
+      bf16 *dr = dx + r * C;
+      if (CONTIG) {
+#pragma unroll
+        for (int i = 0; i < V; i += 2) {
+          float a0 = rs * (g[i] - sg - xh[i] * sgx), a1 = rs * (g[i + 1] - sg - xh[i + 1] * sgx);
+          if (accumulate) {
+            const __nv_bfloat162 o = *(const __nv_bfloat162 *)(dr + lane * V + i);
+            a0 += __low2float(o);
+            a1 += __high2float(o);
+          }
+          *(__nv_bfloat162 *)(dr + lane * V + i) = __floats2bfloat162_rn(a0, a1);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+          const int c = i * MF_WARP_SIZE + lane;
+          if (c < C) {
+            float v = rs * (g[i] - sg - xh[i] * sgx);
+            if (accumulate) v += mf_bf16_to_f32(dr[c]);
+            dr[c] = mf_f32_to_bf16(v);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < V; i++) {
+    const int c = ln_chan<V, CONTIG>(lane, i);
+    if (c < C) {
+      sm[w * 2 * C + c] = pg[i];
+      sm[w * 2 * C + C + c] = pb[i];
+    }
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < 2 * C; j += blockDim.x) {
+    float s = 0.0f;
+    for (int k = 0; k < nw; k++) s += sm[k * 2 * C + j];
+    part[(int64_t)blockIdx.x * 2 * C + j] = s;
+  }
+}
+
+/* dgamma/dbeta (C) += Σ over parts, in order. */
+static __global__ void ln_param_reduce_kernel(float *__restrict__ dgamma, float *__restrict__ dbeta,
+                                       const float *__restrict__ part, int parts, int C) {
+  int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= 2 * C) return;
+  float s = 0.0f;
+  for (int p = 0; p < parts; p++) s += part[(int64_t)p * 2 * C + j];
+  if (j < C) {
+    if (dgamma) dgamma[j] += s;
+  } else if (dbeta) {
+    dbeta[j - C] += s;
+  }
+}
+
+#define LN_DISPATCH_V(V_, CG_, launch)                                   \
+  do {                                                                   \
+    if (C == 32 * V_) { const bool CG_ = true; launch; }                 \
+    else { const bool CG_ = false; launch; }                             \
+  } while (0)
+#define LN_DISPATCH(V_, CG_, launch)                                     \
+  do {                                                                   \
+    if (C <= 32) { const int V_ = 1; { const bool CG_ = false; launch; } } \
+    else if (C <= 64) { const int V_ = 2; LN_DISPATCH_V(V_, CG_, launch); } \
+    else if (C <= 128) { const int V_ = 4; LN_DISPATCH_V(V_, CG_, launch); } \
+    else if (C <= 256) { const int V_ = 8; LN_DISPATCH_V(V_, CG_, launch); } \
+    else if (C <= 384) { const int V_ = 12; LN_DISPATCH_V(V_, CG_, launch); } \
+    else if (C <= 512) { const int V_ = 16; LN_DISPATCH_V(V_, CG_, launch); } \
+    else { const int V_ = 32; LN_DISPATCH_V(V_, CG_, launch); }          \
+  } while (0)
+
+static void launch_ln_rows(bf16 *y, float *mean, float *rstd, const bf16 *x, const bf16 *gamma,
+                           const bf16 *beta, int64_t rows, int C, mf_ln_mode mode, int use_saved,
+                           cudaStream_t s) {
+  if (rows <= 0) return;
+  const int threads = LN_ROWS_PER_BLOCK * MF_WARP_SIZE;
+  const unsigned blocks = mf_cdiv(rows, LN_ROWS_PER_BLOCK);
+  LN_DISPATCH(V, CG, (ln_rows_kernel<V, CG><<<blocks, threads, 0, s>>>(
+                         y, mean, rstd, x, gamma, beta, rows, C, (int)mode, use_saved)));
+  MF_CHECK_LAUNCH();
+}
+
+static void check_ln(int C, mf_ln_mode mode, const bf16 *gamma, const bf16 *beta) {
+  MF_ASSERT(C > 0 && C <= 1024, "LayerNorm C=%d must be in 1..1024", C);
+  MF_ASSERT(mode == MF_LN_FULL || mode == MF_LN_SCALE || mode == MF_LN_NONE,
+            "LayerNorm mode %d is not FULL, SCALE or NONE", (int)mode);
+  MF_ASSERT(mode == MF_LN_NONE || gamma, "LayerNorm: gamma required");
+  MF_ASSERT(mode != MF_LN_FULL || beta, "LayerNorm: beta required");
+}
+
+extern "C" void mf_ln_rows_cuda(bf16 *y, float *mean, float *rstd, const bf16 *x,
+                                const bf16 *gamma, const bf16 *beta, int64_t rows, int C,
+                                mf_ln_mode mode, int use_saved, cudaStream_t stream) {
+  check_ln(C, mode, gamma, beta);
+  MF_ASSERT(!use_saved || (mean && rstd), "mf_ln_rows_cuda: saved statistics required");
+  launch_ln_rows(y, mean, rstd, x, gamma, beta, rows, C, mode, use_saved, stream);
+}
+
+extern "C" int mf_ln_rows_backward_parts(int64_t rows) {
+  int64_t b = (rows + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK;
+  if (b < 1) b = 1;
+  return (int)(b < LN_BWD_MAX_BLOCKS ? b : LN_BWD_MAX_BLOCKS);
+}
+
+template <int V, bool CG>
+static void ln_rows_bwd_launch(unsigned blocks, int threads, size_t smem, cudaStream_t s, bf16 *dx,
+                               float *part, const float *dy, const bf16 *x, const float *mean,
+                               const float *rstd, const bf16 *gamma, int64_t rows, int C, int mode,
+                               int accumulate) {
+  if (smem > 48 * 1024) /* C > 768: opt in to more than the default dynamic shared memory */
+    MF_CHECK_CUDA(cudaFuncSetAttribute(ln_rows_bwd_kernel<V, CG>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  ln_rows_bwd_kernel<V, CG><<<blocks, threads, smem, s>>>(dx, part, dy, x, mean, rstd, gamma, rows,
+                                                          C, mode, accumulate);
+}
+
+static void launch_ln_rows_bwd(bf16 *dx, float *part, const float *dy, const bf16 *x,
+                               const float *mean, const float *rstd, const bf16 *gamma,
+                               int64_t rows, int C, mf_ln_mode mode, int accumulate,
+                               cudaStream_t s) {
+  const int threads = LN_ROWS_PER_BLOCK * MF_WARP_SIZE;
+  const unsigned blocks = (unsigned)mf_ln_rows_backward_parts(rows);
+  const size_t smem = (size_t)LN_ROWS_PER_BLOCK * 2 * C * sizeof(float);
+  LN_DISPATCH(V, CG, (ln_rows_bwd_launch<V, CG>(blocks, threads, smem, s, dx, part, dy, x, mean,
+                                                 rstd, gamma, rows, C, (int)mode, accumulate)));
+  MF_CHECK_LAUNCH();
+}
+
+extern "C" void mf_ln_rows_backward_cuda(bf16 *dx, float *part, const float *dy, const bf16 *x,
+                                         const float *mean, const float *rstd,
+                                         const bf16 *gamma, int64_t rows, int C,
+                                         mf_ln_mode mode, int accumulate, cudaStream_t stream) {
+  check_ln(C, mode, gamma, gamma);
+  launch_ln_rows_bwd(dx, part, dy, x, mean, rstd, gamma, rows, C, mode, accumulate, stream);
+}
+
+extern "C" void mf_ln_param_grad_reduce_cuda(float *dgamma, float *dbeta, const float *part,
+                                             int parts, int C, cudaStream_t stream) {
+  if (!dgamma && !dbeta) return;
+  ln_param_reduce_kernel<<<mf_cdiv(2 * C, 128), 128, 0, stream>>>(dgamma, dbeta, part, parts, C);
+  MF_CHECK_LAUNCH();
+}
+
+/* ================================================================ epilogues */
+
+/* The elementwise epilogues below take VEC = 8 consecutive columns per thread when the
+ * width is a multiple of 8 (16-byte accesses), else VEC = 1. */
+
+/* out (rows, O) bf16 = acc (rows, O) fp32 + bias (O). */
+template <int VEC>
+static __global__ void bias_epilogue_kernel(bf16 *__restrict__ out, const float *__restrict__ acc,
+                                     const bf16 *__restrict__ bias, int64_t rows, int O) {
+  const int ov = O / VEC;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * ov;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / ov;
+    const int o = (int)(i - r * ov) * VEC;
+    float a[VEC], b[VEC];
+    mf_ldvf<VEC>(a, acc + r * O + o);
+    mf_ldv<VEC>(b, bias + o);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) a[k] += b[k];
+    mf_stv<VEC>(out + r * O + o, a);
+  }
+}
+
+/* out (rows, O) = mask ⊙ sigmoid(g) ⊙ p from pg (rows, 2O) = [p | g]; mask (rows) or NULL. */
+template <int VEC>
+static __global__ void gate_epilogue_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ pg,
+                                     const uint8_t *__restrict__ mask, int64_t rows, int O) {
+  const int ov = O / VEC;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * ov;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / ov;
+    const int o = (int)(i - r * ov) * VEC;
+    float p[VEC], g[VEC];
+    mf_ldv<VEC>(p, pg + r * 2 * O + o);
+    mf_ldv<VEC>(g, pg + r * 2 * O + O + o);
+    const bool keep = !mask || mask[r];
+#pragma unroll
+    for (int k = 0; k < VEC; k++) p[k] = keep ? mf_sigmoidf(g[k]) * p[k] : 0.0f;
+    mf_stv<VEC>(out + r * O + o, p);
+  }
+}
+
+/* In place: pg (rows, 2O) = [p | g] becomes [dp | dg] with dp = d·s, dg = d·p·s(1−s),
+ * d = dout ⊙ mask, s = sigmoid(g). */
+template <int VEC>
+static __global__ void gate_backward_kernel(bf16 *__restrict__ pg, const bf16 *__restrict__ dout,
+                                     const uint8_t *__restrict__ mask, int64_t rows, int O) {
+  const int ov = O / VEC;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * ov;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / ov;
+    const int o = (int)(i - r * ov) * VEC;
+    float p[VEC], g[VEC], d[VEC];
+    mf_ldv<VEC>(p, pg + r * 2 * O + o);
+    mf_ldv<VEC>(g, pg + r * 2 * O + O + o);
+    mf_ldv<VEC>(d, dout + r * O + o);
+    const bool keep = !mask || mask[r];
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+      const float s = mf_sigmoidf(g[k]), dd = keep ? d[k] : 0.0f;
+      g[k] = dd * p[k] * s * (1.0f - s);
+      p[k] = dd * s;
+    }
+    mf_stv<VEC>(pg + r * 2 * O + o, p);
+    mf_stv<VEC>(pg + r * 2 * O + O + o, g);
+  }
+}
+
+/* dx (n) bf16 = dy (n) fp32 (the IDENTITY "LayerNorm" backward); n % VEC == 0. */
+template <int VEC>
+static __global__ void f32_to_bf16_kernel(bf16 *__restrict__ dx, const float *__restrict__ dy, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n / VEC;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    float v[VEC];
+    mf_ldvf<VEC>(v, dy + i * VEC);
+    mf_stv<VEC>(dx + i * VEC, v);
+  }
+}
+
+static __global__ void fill_bf16_kernel(bf16 *__restrict__ x, float v, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    x[i] = mf_f32_to_bf16(v);
+}
+
+static void launch_bias_epilogue(bf16 *out, const float *acc, const bf16 *bias, int64_t rows, int O,
+                                 cudaStream_t s) {
+  if (O % 8 == 0)
+    bias_epilogue_kernel<8><<<mf_ew_blocks(rows * O / 8), 256, 0, s>>>(out, acc, bias, rows, O);
+  else
+    bias_epilogue_kernel<1><<<mf_ew_blocks(rows * O), 256, 0, s>>>(out, acc, bias, rows, O);
+  MF_CHECK_LAUNCH();
+}
+static void launch_gate_epilogue(bf16 *out, const bf16 *pg, const uint8_t *mask, int64_t rows,
+                                 int O, cudaStream_t s) {
+  if (O % 8 == 0)
+    gate_epilogue_kernel<8><<<mf_ew_blocks(rows * O / 8), 256, 0, s>>>(out, pg, mask, rows, O);
+  else
+    gate_epilogue_kernel<1><<<mf_ew_blocks(rows * O), 256, 0, s>>>(out, pg, mask, rows, O);
+  MF_CHECK_LAUNCH();
+}
+static void launch_gate_backward(bf16 *pg, const bf16 *dout, const uint8_t *mask, int64_t rows,
+                                 int O, cudaStream_t s) {
+  if (O % 8 == 0)
+    gate_backward_kernel<8><<<mf_ew_blocks(rows * O / 8), 256, 0, s>>>(pg, dout, mask, rows, O);
+  else
+    gate_backward_kernel<1><<<mf_ew_blocks(rows * O), 256, 0, s>>>(pg, dout, mask, rows, O);
+  MF_CHECK_LAUNCH();
+}
+static void launch_f32_to_bf16(bf16 *dx, const float *dy, int64_t n, cudaStream_t s) {
+  if (n % 8 == 0)
+    f32_to_bf16_kernel<8><<<mf_ew_blocks(n / 8), 256, 0, s>>>(dx, dy, n);
+  else
+    f32_to_bf16_kernel<1><<<mf_ew_blocks(n), 256, 0, s>>>(dx, dy, n);
+  MF_CHECK_LAUNCH();
+}
+static void launch_fill_bf16(bf16 *x, float v, int64_t n, cudaStream_t s) {
+  fill_bf16_kernel<<<mf_ew_blocks(n), 256, 0, s>>>(x, v, n);
+  MF_CHECK_LAUNCH();
+}
+
+/* ================================================================ fused LN + GEMM (custom) */
+
+/* Variant 0 of the forward: one kernel per 128-row tile that normalises the rows in
+ * registers straight into shared memory (bf16), multiplies them by W tile after W tile
+ * with tensor cores (WMMA 16×16×16, bf16 in, fp32 accumulate: the portable tensor-core
+ * API, no Hopper-only instructions) and applies the epilogue (bias, the sigmoid gate
+ * pairing p column o with g column O + o, or SwiGLU) before one bf16 store — x is read
+ * once and out written once, with no staging tensor. Needs C % 64 == 0, C <= 256,
+ * O % 64 == 0 and 16-byte aligned pointers. Correct (tests/gpu/test_fusion_gpu.cu) but,
+ * as written, SLOWER than variant 1 on an H200 (2026-11-29, M = 384², C = O = 128:
+ * 0.123 ms vs 0.067 ms; gated 0.270 vs 0.112): one 137 KB block per SM with its load,
+ * LayerNorm, WMMA and epilogue phases serialised by barriers leaves HBM idle most of the
+ * time, and W is re-staged every 64 output columns. So variant 1 is the default; making
+ * this one pay needs asynchronous (cp.async / TMA) double-buffered row tiles, a persistent
+ * grid that keeps W resident, and wgmma — not done. */
+#define FZ_BM 128     /* rows per block */
+#define FZ_WARPS 8    /* 16 rows per warp */
+#define FZ_PAD 8      /* bf16 padding of a shared-memory row */
+#define FZ_OT 64      /* output columns per W tile */
+
+static int g_lnl_variant = 1; /* the measured faster one; see above */
+
+extern "C" int mf_ln_linear_cuda_set_variant(int variant) {
+  int old = g_lnl_variant;
+  g_lnl_variant = variant;
+  return old;
+}
+
+static size_t fz_smem(int C, int gated) { /* gated: 0, 1 or 2 */
+  const int lda = C + FZ_PAD, bn = gated ? 2 * FZ_OT : FZ_OT;
+  return (size_t)(FZ_BM + bn) * lda * sizeof(bf16) + (size_t)FZ_BM * (bn + 4) * sizeof(float);
+}
+
+extern "C" int mf_ln_gemm_fused_supported(int C, int O, mf_ln_mode mode, const void *x,
+                                          const void *out, const void *w) {
+  return g_lnl_variant == 0 && C % 64 == 0 && C <= 256 && O % FZ_OT == 0 &&
+         mode != MF_LN_IDENTITY && ((uintptr_t)x % 16) == 0 && ((uintptr_t)out % 16) == 0 &&
+         ((uintptr_t)w % 16) == 0;
+}
+
+/* out (M, O) = epilogue(LN(x (M, C))·Wᵀ); mean, rstd (M) written. W: plain (O, C) and
+ * out = acc + bias; GATED = 1: W (2O, C) = [W_p; W_g] and out = mask ⊙ σ(g) ⊙ p;
+ * GATED = 2 (SwiGLU): W (2O, C) = [W_a; W_b] and out = silu(a) ⊙ b. V = C / 32. */
+template <int V, int GATED>
+static __global__ void __launch_bounds__(FZ_WARPS * 32)
+ln_gemm_fused_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
+                     const bf16 *__restrict__ x, const bf16 *__restrict__ gamma,
+                     const bf16 *__restrict__ beta, const bf16 *__restrict__ w,
+                     const bf16 *__restrict__ bias, const uint8_t *__restrict__ mask, int64_t M,
+                     int O, int mode) {
+  using namespace nvcuda;
+  constexpr int C = 32 * V, BN = GATED ? 2 * FZ_OT : FZ_OT, NF = BN / 16;
+  constexpr int lda = C + FZ_PAD, ldo = BN + 4;
+  extern __shared__ __align__(128) unsigned char fz_smem_raw[];
+  bf16 *sa = (bf16 *)fz_smem_raw;           /* (FZ_BM, lda) normalised rows */
+  bf16 *sw = sa + FZ_BM * lda;              /* (BN, lda) W tile, rows = output columns */
+  float *so = (float *)(sw + BN * lda);     /* (FZ_BM, ldo) fp32 accumulators */
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t m0 = (int64_t)blockIdx.x * FZ_BM;
+
+  /* 1. LayerNorm, one warp per row, into sa */
+  for (int rr = warp; rr < FZ_BM; rr += FZ_WARPS) {
+    const int64_t r = m0 + rr;
+    __nv_bfloat162 *dst = (__nv_bfloat162 *)(sa + rr * lda + lane * V);
+    if (r >= M) {
+#pragma unroll
+      for (int i = 0; i < V; i += 2) dst[i / 2] = __floats2bfloat162_rn(0.0f, 0.0f);
+      continue;
+    }
+    float v[V];
+    ln_load_bf16<V, true>(v, x + r * C, lane, C);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; i++) s += v[i];
+    const float mu = mf_warp_sum(s) / (float)C;
+    float q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; i++) q += (v[i] - mu) * (v[i] - mu);
+    const float rs = 1.0f / sqrtf(mf_warp_sum(q) / (float)C + (float)MF_LN_EPS);
+    if (lane == 0) {
+      mean[r] = mu;
+      rstd[r] = rs;
+    }
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      const int c = lane * V + i;
+      float t = (v[i] - mu) * rs;
+      if (mode != MF_LN_NONE) t *= mf_bf16_to_f32(gamma[c]);
+      if (mode == MF_LN_FULL) t += mf_bf16_to_f32(beta[c]);
+      v[i] = t;
+    }
+#pragma unroll
+    for (int i = 0; i < V; i += 2) dst[i / 2] = __floats2bfloat162_rn(v[i], v[i + 1]);
+  }
+
+  for (int o0 = 0; o0 < O; o0 += FZ_OT) {
+    /* 2. W tile into sw: rows o0.. of W (plain) or of W_p then W_g (gated) */
+    for (int idx = threadIdx.x; idx < BN * (C / 8); idx += blockDim.x) {
+      const int n = idx / (C / 8), k8 = (idx - n * (C / 8)) * 8;
+      const int row = GATED ? (n < FZ_OT ? o0 + n : O + o0 + n - FZ_OT) : o0 + n;
+      *(uint4 *)(sw + n * lda + k8) = *(const uint4 *)(w + (int64_t)row * C + k8);
+    }
+    __syncthreads(); /* sa (first tile) and sw ready */
+    /* 3. the warp's 16 rows × BN columns on tensor cores */
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NF];
+#pragma unroll
+    for (int j = 0; j < NF; j++) wmma::fill_fragment(acc[j], 0.0f);
+#pragma unroll
+    for (int k = 0; k < C; k += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+      wmma::load_matrix_sync(a, sa + warp * 16 * lda + k, lda);
+#pragma unroll
+      for (int j = 0; j < NF; j++) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+        wmma::load_matrix_sync(b, sw + j * 16 * lda + k, lda);
+        wmma::mma_sync(acc[j], a, b, acc[j]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NF; j++)
+      wmma::store_matrix_sync(so + warp * 16 * ldo + j * 16, acc[j], ldo, wmma::mem_row_major);
+    __syncwarp();
+    /* 4. epilogue on the warp's own rows, 8 columns per lane step */
+    for (int idx = lane; idx < 16 * (FZ_OT / 8); idx += 32) {
+      const int rr = idx / (FZ_OT / 8), c8 = (idx - rr * (FZ_OT / 8)) * 8;
+      const int64_t r = m0 + warp * 16 + rr;
+      if (r >= M) continue;
+      const float *srow = so + (warp * 16 + rr) * ldo;
+      float v[8];
+      if (GATED == 2) {
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+          const float a = srow[c8 + k];
+          v[k] = a * mf_sigmoidf(a) * srow[FZ_OT + c8 + k];
+        }
+      } else if (GATED == 1) {
+        const bool keep = !mask || mask[r];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          v[k] = keep ? mf_sigmoidf(srow[FZ_OT + c8 + k]) * srow[c8 + k] : 0.0f;
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          v[k] = srow[c8 + k] + (bias ? mf_bf16_to_f32(bias[o0 + c8 + k]) : 0.0f);
+      }
+      mf_stv<8>(out + r * O + o0 + c8, v);
+    }
+    __syncthreads(); /* every warp is done with sw before the next tile overwrites it */
+  }
+}
+
+template <int V, int GATED>
+static void fz_launch_t(bf16 *out, float *mean, float *rstd, const bf16 *x, const bf16 *gamma,
+                        const bf16 *beta, const bf16 *w, const bf16 *bias, const uint8_t *mask,
+                        int64_t M, int O, mf_ln_mode mode, cudaStream_t s) {
+  const size_t smem = fz_smem(32 * V, GATED);
+  MF_CHECK_CUDA(cudaFuncSetAttribute(ln_gemm_fused_kernel<V, GATED>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  ln_gemm_fused_kernel<V, GATED><<<mf_cdiv(M, FZ_BM), FZ_WARPS * 32, smem, s>>>(
+      out, mean, rstd, x, gamma, beta, w, bias, mask, M, O, (int)mode);
+  MF_CHECK_LAUNCH();
+}
+
+static void launch_ln_gemm_fused(bf16 *out, float *mean, float *rstd, const bf16 *x,
+                                 const bf16 *gamma, const bf16 *beta, const bf16 *w,
+                                 const bf16 *bias, const uint8_t *mask, int64_t M, int C, int O,
+                                 mf_ln_mode mode, int gated, cudaStream_t s) {
+#define FZ_CASE(V_)                                                                         \
+  if (C == 32 * V_) {                                                                       \
+    if (gated == 2) fz_launch_t<V_, 2>(out, mean, rstd, x, gamma, beta, w, bias, mask, M, O, mode, s); \
+    else if (gated) fz_launch_t<V_, 1>(out, mean, rstd, x, gamma, beta, w, bias, mask, M, O, mode, s); \
+    else fz_launch_t<V_, 0>(out, mean, rstd, x, gamma, beta, w, bias, mask, M, O, mode, s);  \
+    return;                                                                                 \
+  }
+  FZ_CASE(2)
+  FZ_CASE(4)
+  FZ_CASE(6)
+  FZ_CASE(8)
+#undef FZ_CASE
+  MF_FATAL("ln_gemm_fused: unsupported C=%d", C);
+}
+
+extern "C" void mf_ln_gemm_fused_cuda(bf16 *out, float *mean, float *rstd, const bf16 *x,
+                                      const bf16 *gamma, const bf16 *beta, const bf16 *w,
+                                      const bf16 *bias, const uint8_t *mask, int64_t M, int C,
+                                      int O, mf_ln_mode mode, int epilogue, cudaStream_t stream) {
+  MF_ASSERT(mf_ln_gemm_fused_supported(C, O, mode, x, out, w) && mean && rstd,
+            "ln_gemm_fused: unsupported C=%d O=%d mode=%d (or alignment)", C, O, (int)mode);
+  check_ln(C, mode, gamma, beta);
+  if (M > 0) launch_ln_gemm_fused(out, mean, rstd, x, gamma, beta, w, bias, mask, M, C, O, mode,
+                                  epilogue, stream);
+}
+
+/* ================================================================ LayerNorm + Linear */
+
+typedef struct {
+  bf16 *y;     /* (R, C) normalised rows */
+  float *acc;  /* (R, O) fp32 GEMM output before the bias (forward with bias) */
+  float *dy;   /* (R, C) fp32 gradient of y (backward) */
+  bf16 *ones;  /* (R) ones, for dbias = 1ᵀ·dout as a GEMM (backward with dbias) */
+  float *part; /* (LN_BWD_MAX_BLOCKS, 2C) LayerNorm partials */
+} lnl_ws;
+
+static int64_t lnl_chunk(int64_t M, int C, int O) {
+  return mf_fusion_chunk_rows(M, (size_t)C * 6 + (size_t)O * 4);
+}
+
+static size_t lnl_carve(lnl_ws *w, void *base, int64_t M, int C, int O) {
+  const int64_t R = lnl_chunk(M, C, O);
+  mf_carver cv = {(char *)base, 0};
+  w->y = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
+  w->acc = (float *)mf_carve(&cv, (size_t)R * O * sizeof(float));
+  w->dy = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
+  w->ones = (bf16 *)mf_carve(&cv, (size_t)R * sizeof(bf16));
+  w->part = (float *)mf_carve(&cv, (size_t)LN_BWD_MAX_BLOCKS * 2 * C * sizeof(float));
+  return cv.used;
+}
+
+extern "C" size_t mf_ln_linear_cuda_workspace(int64_t M, int C, int O, int has_bias) {
+  (void)has_bias;
+  lnl_ws w;
+  return lnl_carve(&w, NULL, M, C, O);
+}
+
+extern "C" void mf_ln_linear_forward_cuda(bf16 *out, float *mean, float *rstd, const bf16 *inp,
+                                          const bf16 *gamma, const bf16 *beta,
+                                          const bf16 *weight, const bf16 *bias, int64_t M, int C,
+                                          int O, mf_ln_mode mode, void *ws, size_t ws_bytes,
+                                          const mf_cuda_blas *blas, cudaStream_t stream) {
+  check_ln(C, mode, gamma, beta);
+  MF_ASSERT(M >= 0 && O > 0, "ln_linear_cuda dims M=%lld O=%d", (long long)M, O);
+  MF_ASSERT(out && mean && rstd && inp && weight, "ln_linear_cuda: NULL argument");
+  if (M == 0) return;
+  if (mf_ln_gemm_fused_supported(C, O, mode, inp, out, weight)) { /* variant 0: one fused kernel */
+    launch_ln_gemm_fused(out, mean, rstd, inp, gamma, beta, weight, bias, NULL, M, C, O, mode, 0,
+                         stream);
+    return;
+  }
+  lnl_ws w;
+  MF_ASSERT(lnl_carve(&w, NULL, M, C, O) <= ws_bytes, "ln_linear_cuda: workspace too small");
+  lnl_carve(&w, ws, M, C, O);
+  const int64_t R = lnl_chunk(M, C, O);
+  for (int64_t r0 = 0; r0 < M; r0 += R) {
+    const int64_t rows = M - r0 < R ? M - r0 : R;
+    launch_ln_rows(w.y, mean + r0, rstd + r0, inp + r0 * C, gamma, beta, rows, C, mode, 0, stream);
+    if (bias) {
+      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, O, C, 1.0f, w.y, C, weight, C, 0.0f, w.acc,
+                      MF_GEMM_OUT_F32, O);
+      launch_bias_epilogue(out + r0 * O, w.acc, bias, rows, O, stream);
+    } else {
+      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, O, C, 1.0f, w.y, C, weight, C, 0.0f,
+                      out + r0 * O, MF_GEMM_OUT_BF16, O);
+    }
+  }
+}
+
+extern "C" void mf_ln_linear_backward_cuda(bf16 *dinp, float *dgamma, float *dbeta,
+                                           float *dweight, float *dbias, const bf16 *dout,
+                                           const float *mean, const float *rstd,
+                                           const bf16 *inp, const bf16 *gamma, const bf16 *beta,
+                                           const bf16 *weight, int64_t M, int C, int O,
+                                           mf_ln_mode mode, void *ws, size_t ws_bytes,
+                                           const mf_cuda_blas *blas, cudaStream_t stream) {
+  check_ln(C, mode, gamma, beta);
+  MF_ASSERT(M >= 0 && O > 0, "ln_linear_cuda dims M=%lld O=%d", (long long)M, O);
+  if (M == 0) return;
+  if (mode == MF_LN_NONE) dgamma = NULL;
+  if (mode != MF_LN_FULL) dbeta = NULL;
+  const int need_dy = dinp || dgamma || dbeta;
+  lnl_ws w;
+  MF_ASSERT(lnl_carve(&w, NULL, M, C, O) <= ws_bytes, "ln_linear_cuda: workspace too small");
+  lnl_carve(&w, ws, M, C, O);
+  const int64_t R = lnl_chunk(M, C, O);
+  if (dbias) launch_fill_bf16(w.ones, 1.0f, R, stream);
+  for (int64_t r0 = 0; r0 < M; r0 += R) {
+    const int64_t rows = M - r0 < R ? M - r0 : R;
+    const bf16 *dout_c = dout + r0 * O; /* (rows, O) */
+    /* out = y·Wᵀ + b  ⇒  dbias += 1ᵀ·dout, dweight += doutᵀ·y, dy = dout·W */
+    if (dbias)
+      mf_gemm_rm_cuda(blas, stream, 0, 0, 1, O, rows, 1.0f, w.ones, rows, dout_c, O, 1.0f, dbias,
+                      MF_GEMM_OUT_F32, O);
+    if (dweight) {
+      launch_ln_rows(w.y, (float *)mean + r0, (float *)rstd + r0, inp + r0 * C, gamma, beta,
+                     rows, C, mode, 1, stream);
+      mf_gemm_rm_cuda(blas, stream, 1, 0, O, C, rows, 1.0f, dout_c, O, w.y, C, 1.0f, dweight,
+                      MF_GEMM_OUT_F32, C);
+    }
+    if (!need_dy) continue;
+    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, O, 1.0f, dout_c, O, weight, C, 0.0f, w.dy,
+                    MF_GEMM_OUT_F32, C);
+    /* y = LN(inp) */
+    launch_ln_rows_bwd(dinp ? dinp + r0 * C : NULL, w.part, w.dy, inp + r0 * C, mean + r0,
+                       rstd + r0, gamma, rows, C, mode, 0, stream);
+    mf_ln_param_grad_reduce_cuda(dgamma, dbeta, w.part, mf_ln_rows_backward_parts(rows), C,
+                                 stream);
+  }
+}
+
+/* ================================================================ gated projection */
+
+typedef struct {
+  bf16 *y;     /* (R, C) normalised rows */
+  bf16 *pg;    /* (R, 2O) [p | g], then [dp | dg] */
+  float *dy;   /* (R, C) fp32 gradient of y */
+  float *part; /* (LN_BWD_MAX_BLOCKS, 2C) */
+} gl_ws;
+
+static int64_t gl_chunk(int64_t M, int C, int O) {
+  return mf_fusion_chunk_rows(M, (size_t)C * 6 + (size_t)O * 4);
+}
+
+static size_t gl_carve(gl_ws *w, void *base, int64_t M, int C, int O) {
+  const int64_t R = gl_chunk(M, C, O);
+  mf_carver cv = {(char *)base, 0};
+  w->y = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
+  w->pg = (bf16 *)mf_carve(&cv, (size_t)R * 2 * O * sizeof(bf16));
+  w->dy = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
+  w->part = (float *)mf_carve(&cv, (size_t)LN_BWD_MAX_BLOCKS * 2 * C * sizeof(float));
+  return cv.used;
+}
+
+extern "C" size_t mf_gated_linear_cuda_workspace(int64_t M, int C, int O) {
+  gl_ws w;
+  return gl_carve(&w, NULL, M, C, O);
+}
+
+static void check_gl(int64_t M, int C, int O, mf_ln_mode mode, const bf16 *gamma, const bf16 *beta) {
+  MF_ASSERT(M >= 0 && C > 0 && O > 0, "gated_linear_cuda dims M=%lld C=%d O=%d", (long long)M, C, O);
+  if (mode != MF_LN_IDENTITY) check_ln(C, mode, gamma, beta);
+}
+
+extern "C" void mf_gated_linear_forward_cuda(bf16 *out, float *mean, float *rstd, const bf16 *inp,
+                                             const bf16 *gamma, const bf16 *beta,
+                                             const bf16 *w_pg, const uint8_t *mask, int64_t M,
+                                             int C, int O, mf_ln_mode mode, void *ws,
+                                             size_t ws_bytes, const mf_cuda_blas *blas,
+                                             cudaStream_t stream) {
+  check_gl(M, C, O, mode, gamma, beta);
+  if (M == 0) return;
+  const int ident = mode == MF_LN_IDENTITY;
+  MF_ASSERT(ident || (mean && rstd), "gated_linear_cuda: mean/rstd required");
+  if (mf_ln_gemm_fused_supported(C, O, mode, inp, out, w_pg)) { /* variant 0: one fused kernel */
+    launch_ln_gemm_fused(out, mean, rstd, inp, gamma, beta, w_pg, NULL, mask, M, C, O, mode, 1,
+                         stream);
+    return;
+  }
+  gl_ws w;
+  MF_ASSERT(gl_carve(&w, NULL, M, C, O) <= ws_bytes, "gated_linear_cuda: workspace too small");
+  gl_carve(&w, ws, M, C, O);
+  const int64_t R = gl_chunk(M, C, O);
+  for (int64_t r0 = 0; r0 < M; r0 += R) {
+    const int64_t rows = M - r0 < R ? M - r0 : R;
+    const bf16 *y = inp + r0 * C;
+    if (!ident) {
+      launch_ln_rows(w.y, mean + r0, rstd + r0, y, gamma, beta, rows, C, mode, 0, stream);
+      y = w.y;
+    }
+    /* [p | g] (rows, 2O) = y·w_pgᵀ: one GEMM for both projections */
+    mf_gemm_rm_cuda(blas, stream, 0, 1, rows, 2 * O, C, 1.0f, y, C, w_pg, C, 0.0f, w.pg,
+                    MF_GEMM_OUT_BF16, 2 * O);
+    launch_gate_epilogue(out + r0 * O, w.pg, mask ? mask + r0 : NULL, rows, O, stream);
+  }
+}
+
+extern "C" void mf_gated_linear_backward_cuda(bf16 *dinp, float *dgamma, float *dbeta,
+                                              float *dw_pg, const bf16 *dout, const float *mean,
+                                              const float *rstd, const bf16 *inp,
+                                              const bf16 *gamma, const bf16 *beta,
+                                              const bf16 *w_pg, const uint8_t *mask, int64_t M,
+                                              int C, int O, mf_ln_mode mode, void *ws,
+                                              size_t ws_bytes, const mf_cuda_blas *blas,
+                                              cudaStream_t stream) {
+  check_gl(M, C, O, mode, gamma, beta);
+  if (M == 0) return;
+  const int ident = mode == MF_LN_IDENTITY;
+  if (mode == MF_LN_NONE || ident) dgamma = NULL;
+  if (mode != MF_LN_FULL) dbeta = NULL;
+  const int need_dy = dinp || dgamma || dbeta;
+  gl_ws w;
+  MF_ASSERT(gl_carve(&w, NULL, M, C, O) <= ws_bytes, "gated_linear_cuda: workspace too small");
+  gl_carve(&w, ws, M, C, O);
+  const int64_t R = gl_chunk(M, C, O);
+  for (int64_t r0 = 0; r0 < M; r0 += R) {
+    const int64_t rows = M - r0 < R ? M - r0 : R;
+    const bf16 *y = inp + r0 * C;
+    if (!ident) {
+      launch_ln_rows(w.y, (float *)mean + r0, (float *)rstd + r0, y, gamma, beta, rows, C, mode,
+                     1, stream);
+      y = w.y;
+    }
+    mf_gemm_rm_cuda(blas, stream, 0, 1, rows, 2 * O, C, 1.0f, y, C, w_pg, C, 0.0f, w.pg,
+                    MF_GEMM_OUT_BF16, 2 * O);
+    launch_gate_backward(w.pg, dout + r0 * O, mask ? mask + r0 : NULL, rows, O, stream);
+    /* [p | g] = y·w_pgᵀ  ⇒  dw_pg += [dp | dg]ᵀ·y,  dy = [dp | dg]·w_pg */
+    if (dw_pg)
+      mf_gemm_rm_cuda(blas, stream, 1, 0, 2 * O, C, rows, 1.0f, w.pg, 2 * O, y, C, 1.0f, dw_pg,
+                      MF_GEMM_OUT_F32, C);
+    if (!need_dy) continue;
+    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, 2 * O, 1.0f, w.pg, 2 * O, w_pg, C, 0.0f, w.dy,
+                    MF_GEMM_OUT_F32, C);
+    if (ident) {
+      if (dinp) launch_f32_to_bf16(dinp + r0 * C, w.dy, rows * C, stream);
+      continue;
+    }
+    launch_ln_rows_bwd(dinp ? dinp + r0 * C : NULL, w.part, w.dy, inp + r0 * C, mean + r0,
+                       rstd + r0, gamma, rows, C, mode, 0, stream);
+    mf_ln_param_grad_reduce_cuda(dgamma, dbeta, w.part, mf_ln_rows_backward_parts(rows), C,
+                                 stream);
+  }
+}

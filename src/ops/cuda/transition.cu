@@ -1,0 +1,230 @@
+/* transition.cu — EvoFusion SwiGLU transition on the GPU: LN into a bf16 staging chunk,
+ * one GEMM for both 4c projections, the SwiGLU epilogue, the output GEMM (with the
+ * residual add as beta = 1), all per row chunk; backward by recomputation.
+ * See transition_cuda.h. Not the CPU reference (src/ops/cpu/transition.c). */
+#include "transition_cuda.h"
+
+#include "fusion_util.cuh"
+#include "ln_linear_cuda.h"
+
+/* The kernels take VEC = 8 consecutive hidden channels per thread when Hd % 8 == 0. */
+
+/* h (rows, Hd) = silu(a) ⊙ b from ab (rows, 2Hd) = [a | b]. */
+template <int VEC>
+static __global__ void swiglu_kernel(bf16 *__restrict__ h, const bf16 *__restrict__ ab, int64_t rows,
+                              int Hd) {
+  const int hv = Hd / VEC;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * hv;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / hv;
+    const int j = (int)(i - r * hv) * VEC;
+    float a[VEC], b[VEC];
+    mf_ldv<VEC>(a, ab + r * 2 * Hd + j);
+    mf_ldv<VEC>(b, ab + r * 2 * Hd + Hd + j);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) a[k] = a[k] * mf_sigmoidf(a[k]) * b[k];
+    mf_stv<VEC>(h + r * Hd + j, a);
+  }
+}
+
+/* In place: ab (rows, 2Hd) = [a | b] becomes [da | db]:
+ * da = dh ⊙ b ⊙ s(1 + a(1 − s)),  db = dh ⊙ a ⊙ s,  s = sigmoid(a); dh (rows, Hd).
+ * With h != NULL it also writes h (rows, Hd) = silu(a) ⊙ b (for dW_o) in the same pass,
+ * so the backward reads [a | b] once. */
+template <int VEC>
+static __global__ void swiglu_backward_kernel(bf16 *__restrict__ ab, bf16 *__restrict__ h,
+                                       const bf16 *__restrict__ dh, int64_t rows, int Hd) {
+  const int hv = Hd / VEC;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * hv;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / hv;
+    const int j = (int)(i - r * hv) * VEC;
+    float a[VEC], b[VEC], d[VEC], hh[VEC];
+    mf_ldv<VEC>(a, ab + r * 2 * Hd + j);
+    mf_ldv<VEC>(b, ab + r * 2 * Hd + Hd + j);
+    mf_ldv<VEC>(d, dh + r * Hd + j);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+      const float s = mf_sigmoidf(a[k]), av = a[k];
+      hh[k] = av * s * b[k];
+      a[k] = d[k] * b[k] * s * (1.0f + av * (1.0f - s));
+      b[k] = d[k] * av * s;
+    }
+    if (h) mf_stv<VEC>(h + r * Hd + j, hh);
+    mf_stv<VEC>(ab + r * 2 * Hd + j, a);
+    mf_stv<VEC>(ab + r * 2 * Hd + Hd + j, b);
+  }
+}
+
+template <int VEC>
+static __global__ void tr_f32_to_bf16_kernel(bf16 *__restrict__ dx, const float *__restrict__ dy, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n / VEC;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    float v[VEC];
+    mf_ldvf<VEC>(v, dy + i * VEC);
+    mf_stv<VEC>(dx + i * VEC, v);
+  }
+}
+
+static void launch_swiglu(bf16 *h, const bf16 *ab, int64_t rows, int Hd, cudaStream_t s) {
+  if (Hd % 8 == 0)
+    swiglu_kernel<8><<<mf_ew_blocks(rows * Hd / 8), 256, 0, s>>>(h, ab, rows, Hd);
+  else
+    swiglu_kernel<1><<<mf_ew_blocks(rows * Hd), 256, 0, s>>>(h, ab, rows, Hd);
+  MF_CHECK_LAUNCH();
+}
+static void launch_swiglu_backward(bf16 *ab, bf16 *h, const bf16 *dh, int64_t rows, int Hd,
+                                   cudaStream_t s) {
+  if (Hd % 8 == 0)
+    swiglu_backward_kernel<8><<<mf_ew_blocks(rows * Hd / 8), 256, 0, s>>>(ab, h, dh, rows, Hd);
+  else
+    swiglu_backward_kernel<1><<<mf_ew_blocks(rows * Hd), 256, 0, s>>>(ab, h, dh, rows, Hd);
+  MF_CHECK_LAUNCH();
+}
+static void launch_to_bf16(bf16 *dx, const float *dy, int64_t n, cudaStream_t s) {
+  if (n % 8 == 0)
+    tr_f32_to_bf16_kernel<8><<<mf_ew_blocks(n / 8), 256, 0, s>>>(dx, dy, n);
+  else
+    tr_f32_to_bf16_kernel<1><<<mf_ew_blocks(n), 256, 0, s>>>(dx, dy, n);
+  MF_CHECK_LAUNCH();
+}
+
+typedef struct {
+  bf16 *xh;    /* (R, C) normalised rows */
+  bf16 *ab;    /* (R, 2Hd) [a | b], then [da | db] */
+  bf16 *h;     /* (R, Hd) silu(a) ⊙ b */
+  bf16 *dh;    /* (R, Hd) dout·W_o */
+  float *dxh;  /* (R, C) fp32 */
+  float *part; /* (mf_ln_rows_backward_parts(R), 2C) */
+} tr_ws;
+
+static int64_t tr_chunk(int64_t M, int C, int Hd) {
+  return mf_fusion_chunk_rows(M, (size_t)C * 6 + (size_t)Hd * 8);
+}
+
+static size_t tr_carve(tr_ws *w, void *base, int64_t M, int C, int Hd) {
+  const int64_t R = tr_chunk(M, C, Hd);
+  mf_carver cv = {(char *)base, 0};
+  w->xh = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
+  w->ab = (bf16 *)mf_carve(&cv, (size_t)R * 2 * Hd * sizeof(bf16));
+  w->h = (bf16 *)mf_carve(&cv, (size_t)R * Hd * sizeof(bf16));
+  w->dh = (bf16 *)mf_carve(&cv, (size_t)R * Hd * sizeof(bf16));
+  w->dxh = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
+  w->part = (float *)mf_carve(&cv, (size_t)mf_ln_rows_backward_parts(R) * 2 * C * sizeof(float));
+  return cv.used;
+}
+
+extern "C" size_t mf_transition_cuda_workspace(int64_t M, int C, int Hd) {
+  tr_ws w;
+  return tr_carve(&w, NULL, M, C, Hd);
+}
+
+static void tr_check(int64_t M, int C, int Hd, mf_ln_mode mode, const float *mean,
+                     const float *rstd, const bf16 *gamma, const bf16 *beta) {
+  MF_ASSERT(M >= 0 && C > 0 && C <= 1024 && Hd > 0, "transition_cuda dims M=%lld C=%d Hd=%d",
+            (long long)M, C, Hd);
+  MF_ASSERT(mode == MF_LN_FULL || mode == MF_LN_SCALE || mode == MF_LN_NONE ||
+                mode == MF_LN_IDENTITY,
+            "transition_cuda: bad mode %d", (int)mode);
+  MF_ASSERT(mode == MF_LN_IDENTITY || (mean && rstd), "transition_cuda: mean/rstd required");
+  MF_ASSERT(mode == MF_LN_NONE || mode == MF_LN_IDENTITY || gamma, "transition_cuda: gamma required");
+  MF_ASSERT(mode != MF_LN_FULL || beta, "transition_cuda: beta required");
+}
+
+extern "C" void mf_transition_forward_cuda(bf16 *out, float *mean, float *rstd, const bf16 *inp,
+                                           const bf16 *gamma, const bf16 *beta,
+                                           const bf16 *w_ab, const bf16 *w_o, int64_t M, int C,
+                                           int Hd, mf_ln_mode mode, int accumulate, void *ws,
+                                           size_t ws_bytes, const mf_cuda_blas *blas,
+                                           cudaStream_t stream) {
+  tr_check(M, C, Hd, mode, mean, rstd, gamma, beta);
+  if (M == 0) return;
+  tr_ws w;
+  MF_ASSERT(tr_carve(&w, NULL, M, C, Hd) <= ws_bytes, "transition_cuda: workspace too small");
+  tr_carve(&w, ws, M, C, Hd);
+  const int64_t R = tr_chunk(M, C, Hd);
+  const int ident = mode == MF_LN_IDENTITY;
+  for (int64_t r0 = 0; r0 < M; r0 += R) {
+    const int64_t rows = M - r0 < R ? M - r0 : R;
+    const bf16 *x = inp + r0 * C; /* (rows, C) */
+    if (mf_ln_gemm_fused_supported(C, Hd, mode, x, w.h, w_ab)) {
+      /* LN + [a | b] GEMM + SwiGLU in one kernel: h (rows, Hd) directly */
+      mf_ln_gemm_fused_cuda(w.h, mean + r0, rstd + r0, x, gamma, beta, w_ab, NULL, NULL, rows, C,
+                            Hd, mode, 2, stream);
+    } else {
+      if (!ident) {
+        mf_ln_rows_cuda(w.xh, mean + r0, rstd + r0, x, gamma, beta, rows, C, mode, 0, stream);
+        x = w.xh;
+      }
+      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, 2 * Hd, C, 1.0f, x, C, w_ab, C, 0.0f, w.ab,
+                      MF_GEMM_OUT_BF16, 2 * Hd);
+      launch_swiglu(w.h, w.ab, rows, Hd, stream);
+    }
+    mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, Hd, 1.0f, w.h, Hd, w_o, Hd,
+                    accumulate ? 1.0f : 0.0f, out + r0 * C, MF_GEMM_OUT_BF16, C);
+  }
+}
+
+extern "C" void mf_transition_backward_cuda(bf16 *dinp, float *dgamma, float *dbeta,
+                                            float *dw_ab, float *dw_o, const bf16 *dout,
+                                            const float *mean, const float *rstd,
+                                            const bf16 *inp, const bf16 *gamma,
+                                            const bf16 *beta, const bf16 *w_ab, const bf16 *w_o,
+                                            int64_t M, int C, int Hd, mf_ln_mode mode, void *ws,
+                                            size_t ws_bytes, const mf_cuda_blas *blas,
+                                            cudaStream_t stream) {
+  tr_check(M, C, Hd, mode, mean, rstd, gamma, beta);
+  if (M == 0) return;
+  const int ident = mode == MF_LN_IDENTITY;
+  if (mode == MF_LN_NONE || ident) dgamma = NULL;
+  if (mode != MF_LN_FULL) dbeta = NULL;
+  const int need_dx = dinp || dgamma || dbeta;
+  const int need_dh = need_dx || dw_ab;
+  if (!need_dh && !dw_o) return;
+  tr_ws w;
+  MF_ASSERT(tr_carve(&w, NULL, M, C, Hd) <= ws_bytes, "transition_cuda: workspace too small");
+  tr_carve(&w, ws, M, C, Hd);
+  const int64_t R = tr_chunk(M, C, Hd);
+  for (int64_t r0 = 0; r0 < M; r0 += R) {
+    const int64_t rows = M - r0 < R ? M - r0 : R;
+    const bf16 *dy = dout + r0 * C; /* (rows, C) */
+    const bf16 *x = inp + r0 * C;   /* (rows, C) */
+    /* recompute x̂, [a | b] */
+    if (!ident) {
+      mf_ln_rows_cuda(w.xh, (float *)mean + r0, (float *)rstd + r0, x, gamma, beta, rows, C,
+                      mode, 1, stream);
+      x = w.xh;
+    }
+    mf_gemm_rm_cuda(blas, stream, 0, 1, rows, 2 * Hd, C, 1.0f, x, C, w_ab, C, 0.0f, w.ab,
+                    MF_GEMM_OUT_BF16, 2 * Hd);
+    /* out = h·W_oᵀ  ⇒  dh = dout·W_o, dw_o += doutᵀ·h */
+    if (!need_dh) { /* only dw_o: h alone */
+      launch_swiglu(w.h, w.ab, rows, Hd, stream);
+      mf_gemm_rm_cuda(blas, stream, 1, 0, C, Hd, rows, 1.0f, dy, C, w.h, Hd, 1.0f, dw_o,
+                      MF_GEMM_OUT_F32, Hd);
+      continue;
+    }
+    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, Hd, C, 1.0f, dy, C, w_o, Hd, 0.0f, w.dh,
+                    MF_GEMM_OUT_BF16, Hd);
+    /* h = silu(a) ⊙ b  ⇒  [da | db] in place of [a | b], and h itself, in one pass */
+    launch_swiglu_backward(w.ab, dw_o ? w.h : NULL, w.dh, rows, Hd, stream);
+    if (dw_o)
+      mf_gemm_rm_cuda(blas, stream, 1, 0, C, Hd, rows, 1.0f, dy, C, w.h, Hd, 1.0f, dw_o,
+                      MF_GEMM_OUT_F32, Hd);
+    /* [a | b] = x̂·w_abᵀ  ⇒  dw_ab += [da | db]ᵀ·x̂,  dx̂ = [da | db]·w_ab */
+    if (dw_ab)
+      mf_gemm_rm_cuda(blas, stream, 1, 0, 2 * Hd, C, rows, 1.0f, w.ab, 2 * Hd, x, C, 1.0f, dw_ab,
+                      MF_GEMM_OUT_F32, C);
+    if (!need_dx) continue;
+    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, 2 * Hd, 1.0f, w.ab, 2 * Hd, w_ab, C, 0.0f,
+                    w.dxh, MF_GEMM_OUT_F32, C);
+    if (ident) {
+      if (dinp) launch_to_bf16(dinp + r0 * C, w.dxh, rows * C, stream);
+      continue;
+    }
+    mf_ln_rows_backward_cuda(dinp ? dinp + r0 * C : NULL, w.part, w.dxh, inp + r0 * C,
+                             mean + r0, rstd + r0, gamma, rows, C, mode, 0, stream);
+    mf_ln_param_grad_reduce_cuda(dgamma, dbeta, w.part, mf_ln_rows_backward_parts(rows), C,
+                                 stream);
+  }
+}

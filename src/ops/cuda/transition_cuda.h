@@ -1,0 +1,67 @@
+/* transition_cuda.h — EvoFusion's SwiGLU transition on the GPU (the function of
+ * src/ops/transition.h, which the CPU reference computes), bf16 with fp32 accumulation:
+ *
+ *   x̂ = LN(inp);  [a | b] = x̂·w_abᵀ  (ONE GEMM, w_ab (2Hd, C) = [W_a; W_b]);
+ *   h = silu(a) ⊙ b  (epilogue);  out (+)= h·W_oᵀ  (cuBLAS, beta = 1 for the residual)
+ * The forward's first half is LN staging + cuBLAS + the SwiGLU epilogue kernel (default),
+ * or, with mf_ln_linear_cuda_set_variant(0), one custom kernel (the fused LN + GEMM of
+ * ln_linear_cuda.h, epilogue 2, where C % 64 == 0, C <= 256, Hd % 64 == 0, mode not
+ * IDENTITY) that writes only h — tested, but measured 2.5× slower as written.
+ *
+ * Rows go through in chunks of R rows (mf_fusion_chunk_rows: at most
+ * MF_FUSION_STAGING_BYTES of staging), so the 4c hidden is produced and consumed chunk by
+ * chunk and never exists beyond the chunk; it is not kept for the backward. (Chunks small
+ * enough for the hidden to stay in L2 were measured slower: dev/cuda/fusion_lab.cu.)
+ * Forward saves only mean and rstd; the backward recomputes x̂, a, b
+ * and h per chunk. With accumulate = 1 the last GEMM adds into out (beta = 1): the
+ * residual add z += transition(z) costs no extra pass (out may then equal inp: each chunk
+ * is read before it is written; the backward then needs the pre-update inp kept by the
+ * caller).
+ *
+ * Types: inp, out, dinp, dout, weights, gamma, beta bf16; mean, rstd fp32; parameter
+ * gradients fp32. Gradient contract (as transition.h): dinp ASSIGNS; dgamma, dbeta,
+ * dw_ab, dw_o ACCUMULATE; NULL skips. mode FULL/SCALE/NONE or IDENTITY (no LayerNorm;
+ * mean/rstd unused). Not the CPU reference. */
+#ifndef MF_OPS_CUDA_TRANSITION_CUDA_H
+#define MF_OPS_CUDA_TRANSITION_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "ops/cuda/gemm_cuda.h"
+#include "ops/layernorm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+size_t mf_transition_cuda_workspace(int64_t M, int C, int Hd);
+
+/* out (M, C) = (or +=, accumulate) (silu(x̂·W_aᵀ) ⊙ (x̂·W_bᵀ))·w_oᵀ, x̂ = LN(inp (M, C));
+ * mean, rstd (M); gamma, beta (C); w_ab (2Hd, C); w_o (C, Hd). */
+void mf_transition_forward_cuda(__nv_bfloat16 *out, float *mean, float *rstd,
+                                const __nv_bfloat16 *inp, const __nv_bfloat16 *gamma,
+                                const __nv_bfloat16 *beta, const __nv_bfloat16 *w_ab,
+                                const __nv_bfloat16 *w_o, int64_t M, int C, int Hd,
+                                mf_ln_mode mode, int accumulate, void *ws, size_t ws_bytes,
+                                const mf_cuda_blas *blas, cudaStream_t stream);
+
+/* dh = dout·W_o, dw_o += doutᵀ·h; [da | db] = dh ⊙ [b ⊙ silu'(a) | silu(a)];
+ * dw_ab += [da | db]ᵀ·x̂ and dx̂ = [da | db]·w_ab (one GEMM each); LayerNorm backward.
+ * dinp (M, C); dgamma, dbeta (C), dw_ab (2Hd, C), dw_o (C, Hd) fp32; dout (M, C). */
+void mf_transition_backward_cuda(__nv_bfloat16 *dinp, float *dgamma, float *dbeta,
+                                 float *dw_ab, float *dw_o, const __nv_bfloat16 *dout,
+                                 const float *mean, const float *rstd, const __nv_bfloat16 *inp,
+                                 const __nv_bfloat16 *gamma, const __nv_bfloat16 *beta,
+                                 const __nv_bfloat16 *w_ab, const __nv_bfloat16 *w_o, int64_t M,
+                                 int C, int Hd, mf_ln_mode mode, void *ws, size_t ws_bytes,
+                                 const mf_cuda_blas *blas, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,570 @@
+/* trimul.cu — EvoFusion triangle multiplicative update on the GPU, forward and backward:
+ * LN_in staging + one projection GEMM + gate/mask epilogue into channel-major A, B;
+ * batched per-channel GEMMs; LN_out (channel-major in, row-major staging out) + W_z GEMM
+ * + gated output epilogue with an optional fused residual + row/column dropout.
+ * See trimul_cuda.h. Not the CPU reference (src/ops/cpu/trimul.c). */
+#include "trimul_cuda.h"
+
+#include "fusion_util.cuh"
+#include "ln_linear_cuda.h"
+
+#define TRI_TM 32      /* rows (pair positions) per tile of the transposing kernels */
+#define TRI_THREADS 256
+#define TRI_MAX_CHV 8  /* Ch <= 32·8 */
+
+/* ================================================================ kernels */
+
+/* From P (rows, 4Ch + C) = x̂·w_catᵀ of chunk rows m0..m0+rows−1:
+ *   A_cm[c, m] = pm[m]·σ(ag)·ap,  B_cm[c, m] = pm[m]·σ(bg)·bp   (Ch, M) channel-major
+ *   sg[m, c] = σ(g)                                              (M, C)
+ * Transposed through shared memory: a tile of TRI_TM rows × Ch channels; P is read VEC
+ * channels at a time (8 when C and Ch are multiples of 8). */
+template <int VEC>
+static __global__ void tri_gate_fwd_kernel(bf16 *__restrict__ A_cm, bf16 *__restrict__ B_cm,
+                                    bf16 *__restrict__ sg, const bf16 *__restrict__ P,
+                                    const uint8_t *__restrict__ pm, int64_t M, int64_t m0,
+                                    int64_t rows, int C, int Ch) {
+  extern __shared__ float tile[]; /* (Ch, TRI_TM + 1) */
+  const int64_t t0 = (int64_t)blockIdx.x * TRI_TM;
+  const int nr = (int)(rows - t0 < TRI_TM ? rows - t0 : TRI_TM);
+  const int ldp = 4 * Ch + C, cv = Ch / VEC;
+  for (int op = 0; op < 2; op++) {
+    for (int idx = threadIdx.x; idx < TRI_TM * cv; idx += blockDim.x) {
+      const int r = idx / cv, c = (idx - r * cv) * VEC;
+      if (r < nr) {
+        const bf16 *prow = P + (t0 + r) * ldp + op * 2 * Ch;
+        float p[VEC], g[VEC];
+        mf_ldv<VEC>(p, prow + c);
+        mf_ldv<VEC>(g, prow + Ch + c);
+        const bool keep = pm ? pm[m0 + t0 + r] != 0 : true;
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+          tile[(c + k) * (TRI_TM + 1) + r] = keep ? mf_sigmoidf(g[k]) * p[k] : 0.0f;
+      }
+    }
+    __syncthreads();
+    bf16 *dst = op ? B_cm : A_cm;
+    for (int idx = threadIdx.x; idx < TRI_TM * Ch; idx += blockDim.x) {
+      const int c = idx / TRI_TM, r = idx - c * TRI_TM;
+      if (r < nr) dst[(int64_t)c * M + m0 + t0 + r] = mf_f32_to_bf16(tile[c * (TRI_TM + 1) + r]);
+    }
+    __syncthreads();
+  }
+  const int gv = C / VEC;
+  for (int idx = threadIdx.x; idx < TRI_TM * gv; idx += blockDim.x) {
+    const int r = idx / gv, c = (idx - r * gv) * VEC;
+    if (r < nr) {
+      float g[VEC];
+      mf_ldv<VEC>(g, P + (t0 + r) * ldp + 4 * Ch + c);
+#pragma unroll
+      for (int k = 0; k < VEC; k++) g[k] = mf_sigmoidf(g[k]);
+      mf_stv<VEC>(sg + (m0 + t0 + r) * C + c, g);
+    }
+  }
+}
+
+/* y (rows, Ch) row-major = LN_out of T_cm (Ch, M) columns m0..m0+rows−1; statistics
+ * computed into mean/rstd (M, indexed by m) or read from them (use_saved). */
+static __global__ void tri_ln_cm_kernel(bf16 *__restrict__ y, float *__restrict__ mean,
+                                 float *__restrict__ rstd, const bf16 *__restrict__ T_cm,
+                                 const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
+                                 int64_t M, int64_t m0, int64_t rows, int Ch, int use_saved) {
+  extern __shared__ float tile[]; /* (Ch, TRI_TM + 1) */
+  const int64_t t0 = (int64_t)blockIdx.x * TRI_TM;
+  const int nr = (int)(rows - t0 < TRI_TM ? rows - t0 : TRI_TM);
+  for (int idx = threadIdx.x; idx < TRI_TM * Ch; idx += blockDim.x) {
+    const int c = idx / TRI_TM, r = idx - c * TRI_TM;
+    if (r < nr) tile[c * (TRI_TM + 1) + r] = mf_bf16_to_f32(T_cm[(int64_t)c * M + m0 + t0 + r]);
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % MF_WARP_SIZE, w = threadIdx.x / MF_WARP_SIZE;
+  const int nw = blockDim.x / MF_WARP_SIZE;
+  for (int r = w; r < nr; r += nw) {
+    const int64_t m = m0 + t0 + r;
+    float mu, rs;
+    if (use_saved) {
+      mu = mean[m];
+      rs = rstd[m];
+    } else {
+      float s = 0.0f;
+      for (int c = lane; c < Ch; c += MF_WARP_SIZE) s += tile[c * (TRI_TM + 1) + r];
+      mu = mf_warp_sum(s) / (float)Ch;
+      float q = 0.0f;
+      for (int c = lane; c < Ch; c += MF_WARP_SIZE) {
+        const float d = tile[c * (TRI_TM + 1) + r] - mu;
+        q += d * d;
+      }
+      rs = 1.0f / sqrtf(mf_warp_sum(q) / (float)Ch + (float)MF_LN_EPS);
+      if (lane == 0) {
+        mean[m] = mu;
+        rstd[m] = rs;
+      }
+    }
+    for (int c = lane; c < Ch; c += MF_WARP_SIZE)
+      y[(t0 + r) * Ch + c] = mf_f32_to_bf16((tile[c * (TRI_TM + 1) + r] - mu) * rs *
+                                                mf_bf16_to_f32(gamma[c]) +
+                                            mf_bf16_to_f32(beta[c]));
+  }
+}
+
+/* LN_out backward, channel-major: dT_cm (Ch, M) columns m0.. from dy (rows, Ch) fp32,
+ * T_cm and the saved statistics; part (gridDim.x, 2Ch) = per-block Σ dy⊙x̂ and Σ dy. */
+static __global__ void tri_ln_cm_bwd_kernel(bf16 *__restrict__ dT_cm, float *__restrict__ part,
+                                     const float *__restrict__ dy, const bf16 *__restrict__ T_cm,
+                                     const float *__restrict__ mean,
+                                     const float *__restrict__ rstd,
+                                     const bf16 *__restrict__ gamma, int64_t M, int64_t m0,
+                                     int64_t rows, int Ch) {
+  extern __shared__ float sm[]; /* tile (Ch, TRI_TM + 1), then (warps, 2Ch) */
+  float *tile = sm, *red = sm + Ch * (TRI_TM + 1);
+  const int64_t t0 = (int64_t)blockIdx.x * TRI_TM;
+  const int nr = (int)(rows - t0 < TRI_TM ? rows - t0 : TRI_TM);
+  for (int idx = threadIdx.x; idx < TRI_TM * Ch; idx += blockDim.x) {
+    const int c = idx / TRI_TM, r = idx - c * TRI_TM;
+    if (r < nr) tile[c * (TRI_TM + 1) + r] = mf_bf16_to_f32(T_cm[(int64_t)c * M + m0 + t0 + r]);
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % MF_WARP_SIZE, w = threadIdx.x / MF_WARP_SIZE;
+  const int nw = blockDim.x / MF_WARP_SIZE;
+  float pg[TRI_MAX_CHV], pb[TRI_MAX_CHV];
+#pragma unroll
+  for (int i = 0; i < TRI_MAX_CHV; i++) pg[i] = pb[i] = 0.0f;
+  for (int r = w; r < nr; r += nw) {
+    const int64_t m = m0 + t0 + r;
+    const float mu = mean[m], rs = rstd[m];
+    float xh[TRI_MAX_CHV], g[TRI_MAX_CHV], sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+    for (int i = 0; i < TRI_MAX_CHV; i++) {
+      const int c = i * MF_WARP_SIZE + lane;
+      xh[i] = g[i] = 0.0f;
+      if (c < Ch) {
+        const float d = dy[(t0 + r) * Ch + c];
+        xh[i] = (tile[c * (TRI_TM + 1) + r] - mu) * rs;
+        g[i] = d * mf_bf16_to_f32(gamma[c]);
+        pg[i] += d * xh[i];
+        pb[i] += d;
+      }
+      sg += g[i];
+      sgx += g[i] * xh[i];
+    }
+    sg = mf_warp_sum(sg) / (float)Ch;
+    sgx = mf_warp_sum(sgx) / (float)Ch;
+#pragma unroll
+    for (int i = 0; i < TRI_MAX_CHV; i++) {
+      const int c = i * MF_WARP_SIZE + lane;
+      if (c < Ch) tile[c * (TRI_TM + 1) + r] = rs * (g[i] - sg - xh[i] * sgx);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < TRI_MAX_CHV; i++) {
+    const int c = i * MF_WARP_SIZE + lane;
+    if (c < Ch) {
+      red[w * 2 * Ch + c] = pg[i];
+      red[w * 2 * Ch + Ch + c] = pb[i];
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < TRI_TM * Ch; idx += blockDim.x) {
+    const int c = idx / TRI_TM, r = idx - c * TRI_TM;
+    if (r < nr) dT_cm[(int64_t)c * M + m0 + t0 + r] = mf_f32_to_bf16(tile[c * (TRI_TM + 1) + r]);
+  }
+  for (int j = threadIdx.x; j < 2 * Ch; j += blockDim.x) {
+    float s = 0.0f;
+    for (int k = 0; k < nw; k++) s += red[k * 2 * Ch + j];
+    part[(int64_t)blockIdx.x * 2 * Ch + j] = s;
+  }
+}
+
+/* In place on P4 (rows, 4Ch) = [ap | ag | bp | bg] of chunk rows m0..: with d = pm·dA_cm
+ * (or dB_cm) read channel-major, ap → d·σ(ag), ag → d·ap·σ(ag)(1 − σ(ag)); same for B.
+ * P4 is accessed VEC channels at a time (8 when Ch % 8 == 0). */
+template <int VEC>
+static __global__ void tri_gate_bwd_kernel(bf16 *__restrict__ P4, const bf16 *__restrict__ dA_cm,
+                                    const bf16 *__restrict__ dB_cm,
+                                    const uint8_t *__restrict__ pm, int64_t M, int64_t m0,
+                                    int64_t rows, int Ch) {
+  extern __shared__ float tile[]; /* (Ch, TRI_TM + 1) */
+  const int64_t t0 = (int64_t)blockIdx.x * TRI_TM;
+  const int nr = (int)(rows - t0 < TRI_TM ? rows - t0 : TRI_TM);
+  const int cv = Ch / VEC;
+  for (int op = 0; op < 2; op++) {
+    const bf16 *src = op ? dB_cm : dA_cm;
+    for (int idx = threadIdx.x; idx < TRI_TM * Ch; idx += blockDim.x) {
+      const int c = idx / TRI_TM, r = idx - c * TRI_TM;
+      if (r < nr) tile[c * (TRI_TM + 1) + r] = mf_bf16_to_f32(src[(int64_t)c * M + m0 + t0 + r]);
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < TRI_TM * cv; idx += blockDim.x) {
+      const int r = idx / cv, c = (idx - r * cv) * VEC;
+      if (r < nr) {
+        bf16 *prow = P4 + (t0 + r) * 4 * Ch + op * 2 * Ch;
+        const bool keep = pm ? pm[m0 + t0 + r] != 0 : true;
+        float p[VEC], g[VEC];
+        mf_ldv<VEC>(p, prow + c);
+        mf_ldv<VEC>(g, prow + Ch + c);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+          const float d = keep ? tile[(c + k) * (TRI_TM + 1) + r] : 0.0f, sv = mf_sigmoidf(g[k]);
+          g[k] = d * p[k] * sv * (1.0f - sv);
+          p[k] = d * sv;
+        }
+        mf_stv<VEC>(prow + c, p);
+        mf_stv<VEC>(prow + Ch + c, g);
+      }
+    }
+    __syncthreads();
+  }
+}
+
+/* out (M, C) rows m0..: = sg ⊙ u, or += mask ⊙ sg ⊙ u (mask != NULL: the residual);
+ * VEC consecutive channels per thread (8 when C % 8 == 0). */
+template <int VEC>
+static __global__ void tri_out_fwd_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ sg,
+                                   const float *__restrict__ u, const float *__restrict__ mask,
+                                   int axis, int N, int64_t m0, int64_t rows, int C) {
+  const int cv = C / VEC;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * cv;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / cv, m = m0 + r;
+    const int c = (int)(i - r * cv) * VEC;
+    float g[VEC], v[VEC];
+    mf_ldv<VEC>(g, sg + m * C + c);
+    mf_ldvf<VEC>(v, u + r * C + c);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) v[k] *= g[k];
+    if (mask) {
+      const int64_t a = m / N, b = m - a * N;
+      float mk[VEC], o[VEC];
+      mf_ldvf<VEC>(mk, mask + (axis == MF_DROPOUT_ROWWISE ? b : a) * C + c);
+      mf_ldv<VEC>(o, out + m * C + c);
+#pragma unroll
+      for (int k = 0; k < VEC; k++) v[k] = o[k] + mk[k] * v[k];
+    }
+    mf_stv<VEC>(out + m * C + c, v);
+  }
+}
+
+/* From dout (M, C) rows m0.. (⊙ mask with a residual), the gate logits gl (rows, C) and
+ * u (rows, C): du (rows, C) = d·s,  dgl (M, C) rows m0.. = d·u·s(1 − s). */
+template <int VEC>
+static __global__ void tri_out_bwd_kernel(bf16 *__restrict__ du, bf16 *__restrict__ dgl,
+                                   const bf16 *__restrict__ dout, const float *__restrict__ gl,
+                                   const float *__restrict__ u, const float *__restrict__ mask,
+                                   int axis, int N, int64_t m0, int64_t rows, int C) {
+  const int cv = C / VEC;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * cv;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / cv, m = m0 + r;
+    const int c = (int)(i - r * cv) * VEC;
+    float d[VEC], l[VEC], uu[VEC];
+    mf_ldv<VEC>(d, dout + m * C + c);
+    mf_ldvf<VEC>(l, gl + r * C + c);
+    mf_ldvf<VEC>(uu, u + r * C + c);
+    if (mask) {
+      const int64_t a = m / N, b = m - a * N;
+      float mk[VEC];
+      mf_ldvf<VEC>(mk, mask + (axis == MF_DROPOUT_ROWWISE ? b : a) * C + c);
+#pragma unroll
+      for (int k = 0; k < VEC; k++) d[k] *= mk[k];
+    }
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+      const float s = mf_sigmoidf(l[k]);
+      l[k] = d[k] * uu[k] * s * (1.0f - s);
+      d[k] *= s;
+    }
+    mf_stv<VEC>(du + r * C + c, d);
+    mf_stv<VEC>(dgl + m * C + c, l);
+  }
+}
+
+/* ================================================================ launchers */
+
+static size_t tile_smem(int Ch) { return (size_t)Ch * (TRI_TM + 1) * sizeof(float); }
+
+static void launch_gate_fwd(bf16 *A_cm, bf16 *B_cm, bf16 *sg, const bf16 *P, const uint8_t *pm,
+                            int64_t M, int64_t m0, int64_t rows, int C, int Ch, cudaStream_t s) {
+  if (C % 8 == 0 && Ch % 8 == 0)
+    tri_gate_fwd_kernel<8><<<mf_cdiv(rows, TRI_TM), TRI_THREADS, tile_smem(Ch), s>>>(
+        A_cm, B_cm, sg, P, pm, M, m0, rows, C, Ch);
+  else
+    tri_gate_fwd_kernel<1><<<mf_cdiv(rows, TRI_TM), TRI_THREADS, tile_smem(Ch), s>>>(
+        A_cm, B_cm, sg, P, pm, M, m0, rows, C, Ch);
+  MF_CHECK_LAUNCH();
+}
+static void launch_ln_cm(bf16 *y, float *mean, float *rstd, const bf16 *T_cm, const bf16 *g,
+                         const bf16 *b, int64_t M, int64_t m0, int64_t rows, int Ch, int use_saved,
+                         cudaStream_t s) {
+  tri_ln_cm_kernel<<<mf_cdiv(rows, TRI_TM), TRI_THREADS, tile_smem(Ch), s>>>(
+      y, mean, rstd, T_cm, g, b, M, m0, rows, Ch, use_saved);
+  MF_CHECK_LAUNCH();
+}
+static int ln_cm_bwd_parts(int64_t rows) { return (int)mf_cdiv(rows, TRI_TM); }
+static void launch_ln_cm_bwd(bf16 *dT_cm, float *part, const float *dy, const bf16 *T_cm,
+                             const float *mean, const float *rstd, const bf16 *g, int64_t M,
+                             int64_t m0, int64_t rows, int Ch, cudaStream_t s) {
+  const size_t smem = tile_smem(Ch) + (size_t)(TRI_THREADS / MF_WARP_SIZE) * 2 * Ch * sizeof(float);
+  if (smem > 48 * 1024) /* Ch > 128: opt in to more than the default dynamic shared memory */
+    MF_CHECK_CUDA(cudaFuncSetAttribute(tri_ln_cm_bwd_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  tri_ln_cm_bwd_kernel<<<ln_cm_bwd_parts(rows), TRI_THREADS, smem, s>>>(
+      dT_cm, part, dy, T_cm, mean, rstd, g, M, m0, rows, Ch);
+  MF_CHECK_LAUNCH();
+}
+static void launch_gate_bwd(bf16 *P4, const bf16 *dA_cm, const bf16 *dB_cm, const uint8_t *pm,
+                            int64_t M, int64_t m0, int64_t rows, int Ch, cudaStream_t s) {
+  if (Ch % 8 == 0)
+    tri_gate_bwd_kernel<8><<<mf_cdiv(rows, TRI_TM), TRI_THREADS, tile_smem(Ch), s>>>(
+        P4, dA_cm, dB_cm, pm, M, m0, rows, Ch);
+  else
+    tri_gate_bwd_kernel<1><<<mf_cdiv(rows, TRI_TM), TRI_THREADS, tile_smem(Ch), s>>>(
+        P4, dA_cm, dB_cm, pm, M, m0, rows, Ch);
+  MF_CHECK_LAUNCH();
+}
+static void launch_out_fwd(bf16 *out, const bf16 *sg, const float *u, const float *mask, int axis,
+                           int N, int64_t m0, int64_t rows, int C, cudaStream_t s) {
+  if (C % 8 == 0)
+    tri_out_fwd_kernel<8><<<mf_ew_blocks(rows * C / 8), 256, 0, s>>>(out, sg, u, mask, axis, N, m0,
+                                                                     rows, C);
+  else
+    tri_out_fwd_kernel<1><<<mf_ew_blocks(rows * C), 256, 0, s>>>(out, sg, u, mask, axis, N, m0,
+                                                                 rows, C);
+  MF_CHECK_LAUNCH();
+}
+static void launch_out_bwd(bf16 *du, bf16 *dgl, const bf16 *dout, const float *gl, const float *u,
+                           const float *mask, int axis, int N, int64_t m0, int64_t rows, int C,
+                           cudaStream_t s) {
+  if (C % 8 == 0)
+    tri_out_bwd_kernel<8><<<mf_ew_blocks(rows * C / 8), 256, 0, s>>>(du, dgl, dout, gl, u, mask,
+                                                                     axis, N, m0, rows, C);
+  else
+    tri_out_bwd_kernel<1><<<mf_ew_blocks(rows * C), 256, 0, s>>>(du, dgl, dout, gl, u, mask, axis,
+                                                                 N, m0, rows, C);
+  MF_CHECK_LAUNCH();
+}
+
+/* ================================================================ buffers */
+
+typedef struct {
+  float *mu_in, *rs_in;   /* (M) LN_in statistics */
+  bf16 *a, *b, *t;        /* (Ch, M) channel-major A, B, T */
+  float *mu_out, *rs_out; /* (M) LN_out statistics */
+} tri_saved;
+
+static size_t saved_carve(tri_saved *s, void *base, int64_t M, int Ch) {
+  mf_carver cv = {(char *)base, 0};
+  s->mu_in = (float *)mf_carve(&cv, (size_t)M * sizeof(float));
+  s->rs_in = (float *)mf_carve(&cv, (size_t)M * sizeof(float));
+  s->a = (bf16 *)mf_carve(&cv, (size_t)M * Ch * sizeof(bf16));
+  s->b = (bf16 *)mf_carve(&cv, (size_t)M * Ch * sizeof(bf16));
+  s->t = (bf16 *)mf_carve(&cv, (size_t)M * Ch * sizeof(bf16));
+  s->mu_out = (float *)mf_carve(&cv, (size_t)M * sizeof(float));
+  s->rs_out = (float *)mf_carve(&cv, (size_t)M * sizeof(float));
+  return cv.used;
+}
+
+typedef struct {
+  bf16 *xh;     /* (R, C) LN_in rows */
+  bf16 *P;      /* (R, 4Ch + C) projections, then (R, 4Ch) their gradients */
+  bf16 *y;      /* (R, Ch) LN_out rows */
+  float *u;     /* (R, C) y·W_zᵀ */
+  float *gl;    /* (R, C) gate logits (backward) */
+  bf16 *du;     /* (R, C) */
+  float *dy;    /* (R, Ch) */
+  float *dxh;   /* (R, C) */
+  float *part;  /* (max parts, 2·max(C, Ch)) */
+  float *mask;  /* (N, C) dropout mask */
+  bf16 *sg;     /* (M, C) σ(x·W_gᵀ) (forward); dgl, the gate-logit gradient (backward) */
+  bf16 *dT, *dA, *dB; /* (Ch, M) channel-major gradients (backward) */
+} tri_ws;
+
+static int64_t tri_chunk(int64_t M, int C, int Ch) {
+  return mf_fusion_chunk_rows(M, (size_t)C * 8 + (size_t)Ch * 10);
+}
+
+static size_t ws_carve(tri_ws *w, void *base, int N, int C, int Ch) {
+  const int64_t M = (int64_t)N * N, R = tri_chunk(M, C, Ch);
+  const int cm = C > Ch ? C : Ch;
+  int parts = mf_ln_rows_backward_parts(R);
+  if (ln_cm_bwd_parts(R) > parts) parts = ln_cm_bwd_parts(R);
+  mf_carver cv = {(char *)base, 0};
+  w->xh = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
+  w->P = (bf16 *)mf_carve(&cv, (size_t)R * (4 * Ch + C) * sizeof(bf16));
+  w->y = (bf16 *)mf_carve(&cv, (size_t)R * Ch * sizeof(bf16));
+  w->u = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
+  w->gl = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
+  w->du = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
+  w->dy = (float *)mf_carve(&cv, (size_t)R * Ch * sizeof(float));
+  w->dxh = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
+  w->part = (float *)mf_carve(&cv, (size_t)parts * 2 * cm * sizeof(float));
+  w->mask = (float *)mf_carve(&cv, (size_t)N * C * sizeof(float));
+  w->sg = (bf16 *)mf_carve(&cv, (size_t)M * C * sizeof(bf16));
+  w->dT = (bf16 *)mf_carve(&cv, (size_t)M * Ch * sizeof(bf16));
+  w->dA = (bf16 *)mf_carve(&cv, (size_t)M * Ch * sizeof(bf16));
+  w->dB = (bf16 *)mf_carve(&cv, (size_t)M * Ch * sizeof(bf16));
+  return cv.used;
+}
+
+extern "C" size_t mf_trimul_cuda_saved_bytes(int N, int Ch) {
+  tri_saved s;
+  return saved_carve(&s, NULL, (int64_t)N * N, Ch);
+}
+
+extern "C" size_t mf_trimul_cuda_workspace(int N, int C, int Ch) {
+  tri_ws w;
+  return ws_carve(&w, NULL, N, C, Ch);
+}
+
+static void tri_check(const mf_trimul_cuda_weights *w, int N, int C, int Ch, int outgoing,
+                      const mf_resdrop_cuda *rd) {
+  MF_ASSERT(N > 0 && C > 0 && C <= 1024 && Ch > 0 && Ch <= 32 * TRI_MAX_CHV,
+            "trimul_cuda dims N=%d C=%d Ch=%d (C <= 1024, Ch <= %d)", N, C, Ch, 32 * TRI_MAX_CHV);
+  MF_ASSERT(outgoing == 0 || outgoing == 1, "trimul_cuda: outgoing=%d", outgoing);
+  MF_ASSERT(w && w->ln_in_g && w->ln_in_b && w->w_cat && w->ln_out_g && w->ln_out_b && w->w_z,
+            "trimul_cuda: every weight is required");
+  MF_ASSERT(!rd || (rd->p >= 0 && rd->p < 1 && (rd->axis == MF_DROPOUT_ROWWISE ||
+                                                rd->axis == MF_DROPOUT_COLWISE)),
+            "trimul_cuda: bad residual dropout spec");
+}
+
+/* T_c = A_c·B_cᵀ (outgoing) or A_cᵀ·B_c (incoming), c < Ch, over (Ch, N, N) buffers. */
+static void contract(const mf_cuda_blas *blas, cudaStream_t s, int ta, int tb, const bf16 *X,
+                     const bf16 *Y, bf16 *Z, int N, int Ch) {
+  const int64_t M = (int64_t)N * N;
+  mf_gemm_rm_batched_cuda(blas, s, ta, tb, N, N, N, 1.0f, X, N, M, Y, N, M, 0.0f, Z,
+                          MF_GEMM_OUT_BF16, N, M, Ch);
+}
+
+/* ================================================================ forward */
+
+extern "C" void mf_trimul_forward_cuda(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
+                                       const mf_trimul_cuda_weights *w, int N, int C, int Ch,
+                                       int outgoing, const mf_resdrop_cuda *rd, void *ws,
+                                       size_t ws_bytes, const mf_cuda_blas *blas,
+                                       cudaStream_t stream) {
+  tri_check(w, N, C, Ch, outgoing, rd);
+  MF_ASSERT(out && saved && z && ws, "trimul_forward_cuda: NULL argument");
+  const int64_t M = (int64_t)N * N, R = tri_chunk(M, C, Ch);
+  const int K = 4 * Ch + C;
+  tri_saved s;
+  saved_carve(&s, saved, M, Ch);
+  tri_ws b;
+  MF_ASSERT(ws_carve(&b, NULL, N, C, Ch) <= ws_bytes, "trimul_cuda: workspace too small");
+  ws_carve(&b, ws, N, C, Ch);
+  if (rd)
+    mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
+
+  /* x̂ = LN_in(z); [ap | ag | bp | bg | g] = x̂·w_catᵀ; A, B channel-major; σ(g) */
+  for (int64_t r0 = 0; r0 < M; r0 += R) {
+    const int64_t rows = M - r0 < R ? M - r0 : R;
+    mf_ln_rows_cuda(b.xh, s.mu_in + r0, s.rs_in + r0, z + r0 * C, w->ln_in_g, w->ln_in_b, rows,
+                    C, MF_LN_FULL, 0, stream);
+    mf_gemm_rm_cuda(blas, stream, 0, 1, rows, K, C, 1.0f, b.xh, C, w->w_cat, C, 0.0f, b.P,
+                    MF_GEMM_OUT_BF16, K);
+    launch_gate_fwd(s.a, s.b, b.sg, b.P, pm, M, r0, rows, C, Ch, stream);
+  }
+  /* the triangular contraction, per channel */
+  if (outgoing)
+    contract(blas, stream, 0, 1, s.a, s.b, s.t, N, Ch);
+  else
+    contract(blas, stream, 1, 0, s.a, s.b, s.t, N, Ch);
+  /* Δz = σ(g) ⊙ (LN_out(T)·W_zᵀ), optionally out += mask ⊙ Δz */
+  for (int64_t r0 = 0; r0 < M; r0 += R) {
+    const int64_t rows = M - r0 < R ? M - r0 : R;
+    launch_ln_cm(b.y, s.mu_out, s.rs_out, s.t, w->ln_out_g, w->ln_out_b, M, r0, rows, Ch, 0,
+                 stream);
+    mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, Ch, 1.0f, b.y, Ch, w->w_z, Ch, 0.0f, b.u,
+                    MF_GEMM_OUT_F32, C);
+    launch_out_fwd(out, b.sg, b.u, rd ? b.mask : NULL, rd ? (int)rd->axis : 0, N, r0, rows, C,
+                   stream);
+  }
+}
+
+/* ================================================================ backward */
+
+#define G(field) (g ? g->field : NULL)
+
+extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g, const bf16 *dout,
+                                        const void *saved, const bf16 *z, const uint8_t *pm,
+                                        const mf_trimul_cuda_weights *w, int N, int C, int Ch,
+                                        int outgoing, const mf_resdrop_cuda *rd, void *ws,
+                                        size_t ws_bytes, const mf_cuda_blas *blas,
+                                        cudaStream_t stream) {
+  tri_check(w, N, C, Ch, outgoing, rd);
+  MF_ASSERT(dz && dout && saved && z && ws, "trimul_backward_cuda: NULL argument");
+  const int64_t M = (int64_t)N * N, R = tri_chunk(M, C, Ch);
+  const bf16 *w_g = w->w_cat + (int64_t)4 * Ch * C; /* (C, C) */
+  float *dw_cat = G(w_cat), *dw_g = dw_cat ? dw_cat + (int64_t)4 * Ch * C : NULL;
+  tri_saved s;
+  saved_carve(&s, (void *)saved, M, Ch);
+  tri_ws b;
+  MF_ASSERT(ws_carve(&b, NULL, N, C, Ch) <= ws_bytes, "trimul_cuda: workspace too small");
+  ws_carve(&b, ws, N, C, Ch);
+  if (rd)
+    mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
+  bf16 *dgl = b.sg; /* (M, C) */
+
+  /* phase 1, per chunk: out = σ(gl) ⊙ u, u = y·W_zᵀ, y = LN_out(T)
+   *   ⇒ du = d⊙σ, dgl = d⊙u⊙σ(1−σ); dW_z += duᵀ·y; dW_g += dglᵀ·x̂; dy = du·W_z;
+   *     dT = LN_out backward of dy (channel-major) */
+  for (int64_t r0 = 0; r0 < M; r0 += R) {
+    const int64_t rows = M - r0 < R ? M - r0 : R;
+    mf_ln_rows_cuda(b.xh, s.mu_in + r0, s.rs_in + r0, z + r0 * C, w->ln_in_g, w->ln_in_b, rows,
+                    C, MF_LN_FULL, 1, stream);
+    mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, C, 1.0f, b.xh, C, w_g, C, 0.0f, b.gl,
+                    MF_GEMM_OUT_F32, C);
+    launch_ln_cm(b.y, s.mu_out, s.rs_out, s.t, w->ln_out_g, w->ln_out_b, M, r0, rows, Ch, 1,
+                 stream);
+    mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, Ch, 1.0f, b.y, Ch, w->w_z, Ch, 0.0f, b.u,
+                    MF_GEMM_OUT_F32, C);
+    launch_out_bwd(b.du, dgl, dout, b.gl, b.u, rd ? b.mask : NULL, rd ? (int)rd->axis : 0, N, r0,
+                   rows, C, stream);
+    if (G(w_z))
+      mf_gemm_rm_cuda(blas, stream, 1, 0, C, Ch, rows, 1.0f, b.du, C, b.y, Ch, 1.0f, G(w_z),
+                      MF_GEMM_OUT_F32, Ch);
+    if (dw_g)
+      mf_gemm_rm_cuda(blas, stream, 1, 0, C, C, rows, 1.0f, dgl + r0 * C, C, b.xh, C, 1.0f, dw_g,
+                      MF_GEMM_OUT_F32, C);
+    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, Ch, C, 1.0f, b.du, C, w->w_z, Ch, 0.0f, b.dy,
+                    MF_GEMM_OUT_F32, Ch);
+    launch_ln_cm_bwd(b.dT, b.part, b.dy, s.t, s.mu_out, s.rs_out, w->ln_out_g, M, r0, rows, Ch,
+                     stream);
+    mf_ln_param_grad_reduce_cuda(G(ln_out_g), G(ln_out_b), b.part, ln_cm_bwd_parts(rows), Ch,
+                                 stream);
+  }
+
+  /* phase 2: the contraction's gradients, per channel */
+  if (outgoing) {
+    /* T_c = A_c·B_cᵀ  ⇒  dA_c = dT_c·B_c,  dB_c = dT_cᵀ·A_c */
+    contract(blas, stream, 0, 0, b.dT, s.b, b.dA, N, Ch);
+    contract(blas, stream, 1, 0, b.dT, s.a, b.dB, N, Ch);
+  } else {
+    /* T_c = A_cᵀ·B_c  ⇒  dA_c = B_c·dT_cᵀ,  dB_c = A_c·dT_c */
+    contract(blas, stream, 0, 1, s.b, b.dT, b.dA, N, Ch);
+    contract(blas, stream, 0, 0, s.a, b.dT, b.dB, N, Ch);
+  }
+
+  /* phase 3, per chunk: A = pm⊙σ(ag)⊙ap, B likewise (recomputed projections)
+   *   ⇒ dP4 = [dap | dag | dbp | dbg]; dW_cat[0:4Ch] += dP4ᵀ·x̂;
+   *     dx̂ = dP4·W_cat[0:4Ch] + dgl·W_g; dz = LN_in backward of dx̂ */
+  const int K4 = 4 * Ch;
+  for (int64_t r0 = 0; r0 < M; r0 += R) {
+    const int64_t rows = M - r0 < R ? M - r0 : R;
+    mf_ln_rows_cuda(b.xh, s.mu_in + r0, s.rs_in + r0, z + r0 * C, w->ln_in_g, w->ln_in_b, rows,
+                    C, MF_LN_FULL, 1, stream);
+    mf_gemm_rm_cuda(blas, stream, 0, 1, rows, K4, C, 1.0f, b.xh, C, w->w_cat, C, 0.0f, b.P,
+                    MF_GEMM_OUT_BF16, K4);
+    launch_gate_bwd(b.P, b.dA, b.dB, pm, M, r0, rows, Ch, stream);
+    if (dw_cat)
+      mf_gemm_rm_cuda(blas, stream, 1, 0, K4, C, rows, 1.0f, b.P, K4, b.xh, C, 1.0f, dw_cat,
+                      MF_GEMM_OUT_F32, C);
+    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, K4, 1.0f, b.P, K4, w->w_cat, C, 0.0f, b.dxh,
+                    MF_GEMM_OUT_F32, C);
+    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, C, 1.0f, dgl + r0 * C, C, w_g, C, 1.0f, b.dxh,
+                    MF_GEMM_OUT_F32, C);
+    mf_ln_rows_backward_cuda(dz + r0 * C, b.part, b.dxh, z + r0 * C, s.mu_in + r0, s.rs_in + r0,
+                             w->ln_in_g, rows, C, MF_LN_FULL, rd ? 1 : 0, stream);
+    mf_ln_param_grad_reduce_cuda(G(ln_in_g), G(ln_in_b), b.part, mf_ln_rows_backward_parts(rows),
+                                 C, stream);
+  }
+}
