@@ -5,6 +5,7 @@
 #   make             everything this machine can build
 #   make test        CPU tests + the same tests under ASan/UBSan; ends "N passed, N failed"
 #   make test-gpu    GPU tests (needs a GPU)
+#   make test-gpu-ops GPU tests of the kernels only (no LMDB/zstd/jansson needed)
 #   make demo        the built-in demo
 #   make NO_CUDA=1   skip CUDA even when nvcc is present
 #
@@ -57,7 +58,12 @@ TEST_F64 := $(filter-out %_f32.c,$(TEST_C))
 HARNESS  := tests/harness.c
 LAB_CU   := $(sort $(wildcard dev/cuda/*.cu))
 GPU_TEST_CU := $(sort $(wildcard tests/gpu/*.cu))
+# GPU tests of the data layer (staging) link it whole, with LMDB/zstd/jansson.
+GPU_DATA_TEST_CU := tests/gpu/test_staging_gpu.cu
 
+# The GPU tests and the lab need only core + ops + model (the CPU oracle), not the data
+# layer with its LMDB/zstd/jansson dependencies (absent on the GPU machine).
+ORACLE_C := $(filter src/core/% src/ops/% src/model/%,$(LIB_C))
 OBJ_F32  := $(LIB_C:%.c=$(BUILD)/f32/%.o)
 OBJ_F64  := $(LIB_C:%.c=$(BUILD)/f64/%.o)
 OBJ_ASAN := $(LIB_C:%.c=$(BUILD)/asan/%.o)
@@ -69,6 +75,7 @@ LIB_F64  := $(BUILD)/libmegafold_f64.a
 LIB_ASAN := $(BUILD)/libmegafold_asan.a
 LIB_ASAN32 := $(BUILD)/libmegafold_asan32.a
 LIB_CUDA := $(BUILD)/libmegafold_cuda.a
+LIB_ORACLE := $(BUILD)/libmegafold_oracle_f64.a
 
 TESTS      := $(TEST_C:tests/%.c=$(BUILD)/tests/%)
 ASAN_TESTS := $(TEST_C:tests/%.c=$(BUILD)/asan/tests/%)
@@ -82,7 +89,7 @@ ALL += $(LIB_CUDA) $(LABS) $(GPU_TESTS)
 endif
 
 .SECONDARY:
-.PHONY: all test test-cpu-all test-cpu test-asan test-gpu asan demo clean
+.PHONY: all test test-cpu-all test-gpu-ops test-cpu test-asan test-gpu asan demo clean
 all: $(ALL)
 asan: $(ASAN_TESTS)
 
@@ -113,6 +120,8 @@ $(LIB_ASAN32): $(OBJ_ASAN32)
 	@rm -f $@; ar rcs $@ $^
 $(LIB_CUDA): $(OBJ_CU)
 	@rm -f $@; ar rcs $@ $^
+$(LIB_ORACLE): $(ORACLE_C:%.c=$(BUILD)/f64/%.o)
+	@rm -f $@; ar rcs $@ $^
 
 $(CLI): $(CLI_C:%.c=$(BUILD)/f32/%.o) $(LIB_F32)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
@@ -132,10 +141,13 @@ $(TEST_F32:tests/%.c=$(BUILD)/asan/tests/%): $(BUILD)/asan/tests/%: $(BUILD)/asa
 	$(CC) $(CFLAGS) $(SAN) $^ -o $@ $(LDLIBS)
 
 # Kernel lab and GPU tests: CUDA sources linked with the double CPU reference (the oracle).
-$(BUILD)/dev/%: dev/cuda/%.cu $(LIB_CUDA) $(LIB_F64)
+$(BUILD)/dev/%: dev/cuda/%.cu $(LIB_CUDA) $(LIB_ORACLE)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVFLAGS) -DMF_REAL_DOUBLE $< -o $@ $(LIB_CUDA) $(LIB_F64) $(CUDA_LIBS) $(if $(HAVE_BLAS),-lopenblas) -llmdb -lzstd -lz -ljansson -lm
-$(BUILD)/tests/gpu/%: tests/gpu/%.cu $(BUILD)/f64/tests/harness.o $(LIB_CUDA) $(LIB_F64)
+	$(NVCC) $(NVFLAGS) -DMF_REAL_DOUBLE $< -o $@ $(LIB_CUDA) $(LIB_ORACLE) $(CUDA_LIBS) $(if $(HAVE_BLAS),-lopenblas) -lm
+$(BUILD)/tests/gpu/%: tests/gpu/%.cu $(BUILD)/f64/tests/harness.o $(LIB_CUDA) $(LIB_ORACLE)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -DMF_REAL_DOUBLE $< $(BUILD)/f64/tests/harness.o -o $@ $(LIB_CUDA) $(LIB_ORACLE) $(CUDA_LIBS) $(if $(HAVE_BLAS),-lopenblas) -lm
+$(GPU_DATA_TEST_CU:tests/gpu/%.cu=$(BUILD)/tests/gpu/%): $(BUILD)/tests/gpu/%: tests/gpu/%.cu $(BUILD)/f64/tests/harness.o $(LIB_CUDA) $(LIB_F64)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -DMF_REAL_DOUBLE $< $(BUILD)/f64/tests/harness.o -o $@ $(LIB_CUDA) $(LIB_F64) $(CUDA_LIBS) $(if $(HAVE_BLAS),-lopenblas) -llmdb -lzstd -lz -ljansson -lm
 
@@ -150,6 +162,9 @@ test-asan: $(ASAN_TESTS)
 	@scripts/run_tests.sh $(ASAN_TESTS)
 test-gpu: $(GPU_TESTS)
 	@scripts/run_tests.sh $(GPU_TESTS)
+# The kernels' GPU tests alone: builds only core + ops + model + CUDA (no data-layer libraries).
+test-gpu-ops: $(filter-out $(GPU_DATA_TEST_CU:tests/gpu/%.cu=$(BUILD)/tests/gpu/%),$(GPU_TESTS))
+	@scripts/run_tests.sh $^
 demo: $(CLI)
 	$(CLI) demo
 
