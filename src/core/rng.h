@@ -13,7 +13,8 @@ extern "C" {
 
 /* What the numbers are for: part of the stream id, so purposes never collide. */
 typedef enum {
-  MF_RNG_INIT = 1,   /* parameter initialisation; sub = parameter index */
+  MF_RNG_INIT = 1,   /* parameter initialisation; sub = block index (Pairformer), 4000+ for
+                        other modules (cli/demo.c uses 4000) */
   MF_RNG_DROPOUT,    /* dropout masks; sub = layer index */
   MF_RNG_CROP,       /* cropping */
   MF_RNG_MSA,        /* MSA row subsampling */
