@@ -5,10 +5,11 @@
  *      same files come from bench/evopipe_gemmi.py in the same run (bench/evopipe.sh);
  *   2. the time to produce one cropped training example (crop, MSA row cap) from the cache
  *      (mf_loader_cache_source) and from the files (mf_source_files, the --no-cache path),
- *      single thread (per example, the exact work of one loader step: get, decode, plan,
- *      write), plus the direct no-cache cost without the record round trip (featurise +
- *      crop), then through the loader with W workers (wall time per example over many
- *      steps, consumer doing nothing else).
+ *      single thread (per example, the exact work of one loader step: get, then
+ *      mf_loader_build_example — verify the record, decompress what the crop reads, plan,
+ *      write — with a reused per-worker workspace), plus the direct no-cache cost without
+ *      the record round trip (featurise + crop), then through the loader with W workers
+ *      (wall time per example over many steps, consumer doing nothing else).
  * Prints a table and writes the rows as JSON (bench/evopipe.sh merges them into
  * bench/results/evopipe.json, DESIGN.md format). A benchmark, not a test: it measures.
  *   evopipe [--data DIR] [--threads 1,2] [--workers 1,2] [--crop 384] [--msa 1024]
@@ -228,8 +229,10 @@ typedef struct {
   double get, decode, plan, write, total;
 } ex_times;
 
-/* The work of one loader step for step t of source src, timed. */
-static int one_example(const mf_loader_source *src, const mf_crop_config *cc,
+/* The work of one loader step for step t of source src, timed: get, then
+ * mf_loader_build_example (verify + partial decode, plan, write) with the worker's
+ * reused workspace ws, then release. */
+static int one_example(const mf_loader_source *src, mf_loader_ws *ws, const mf_crop_config *cc,
                        const mf_crop_layout *lay, void *buf, uint64_t seed, uint64_t t,
                        ex_times *tm) {
   const int64_t n = src->n;
@@ -239,21 +242,12 @@ static int one_example(const mf_loader_source *src, const mf_crop_config *cc,
   double t0 = mf_time_now();
   mf_status st = src->get(src->ctx, 0, k, &rec, &len);
   double t1 = mf_time_now();
-  mf_feature_set fs;
-  mf_features_init(&fs, NULL);
-  if (st == MF_OK) st = mf_features_decode(rec, len, "bench", &fs);
+  mf_loader_times lt = {0, 0, 0};
+  if (st == MF_OK)
+    st = mf_loader_build_example(ws, rec, len, "bench", cc, lay, seed, t, buf, NULL, &lt);
   if (src->release) src->release(src->ctx, 0);
-  double t2 = mf_time_now();
-  mf_crop_plan plan;
-  if (st == MF_OK) st = mf_crop_plan_make(&fs, cc, seed, t, &plan);
-  double t3 = mf_time_now();
-  if (st == MF_OK) {
-    st = mf_crop_write(&fs, &plan, lay, buf);
-    mf_crop_plan_free(&plan);
-  }
   double t4 = mf_time_now();
-  mf_features_free(&fs);
-  tm->get = t1 - t0, tm->decode = t2 - t1, tm->plan = t3 - t2, tm->write = t4 - t3;
+  tm->get = t1 - t0, tm->decode = lt.decode, tm->plan = lt.plan, tm->write = lt.write;
   tm->total = t4 - t0;
   return st == MF_OK;
 }
@@ -326,6 +320,8 @@ static void bench_examples(const args *a, const char *mmcif, const char *ccd_pat
   mf_crop_layout lay;
   if (mf_crop_layout_make(NULL, &cc, &lay) != MF_OK) die("layout");
   void *buf = mf_malloc(lay.total, "bench slot");
+  mf_loader_ws *ws_c, *ws_f; /* one workspace per source, as one loader worker each has */
+  if (mf_loader_ws_create(&ws_c) != MF_OK || mf_loader_ws_create(&ws_f) != MF_OK) die("ws");
   const uint64_t seed = 42;
   const int64_t S = a->steps;
   printf("\n== 2. one cropped example (crop %lld, MSA cap %lld, slot %.2f MB), %lld entries, "
@@ -340,8 +336,8 @@ static void bench_examples(const args *a, const char *mmcif, const char *ccd_pat
   for (int64_t t = 0; t < 8 && t < S; t++) {
     ex_times tm;
     double d;
-    one_example(&cs, &cc, &lay, buf, seed, (uint64_t)t, &tm);
-    one_example(&fsrc, &cc, &lay, buf, seed, (uint64_t)t, &tm);
+    one_example(&cs, ws_c, &cc, &lay, buf, seed, (uint64_t)t, &tm);
+    one_example(&fsrc, ws_f, &cc, &lay, buf, seed, (uint64_t)t, &tm);
     one_direct(&fsrc, &fzo, &cc, &lay, buf, seed, (uint64_t)t, &d);
   }
   double sum_c = 0, sum_f = 0, sum_d = 0;
@@ -349,11 +345,11 @@ static void bench_examples(const args *a, const char *mmcif, const char *ccd_pat
   int64_t same = 0, same_direct = 0;
   for (int64_t t = 0; t < S; t++) {
     ex_times tm;
-    if (!one_example(&cs, &cc, &lay, buf, seed, (uint64_t)t, &tm)) die("cache example");
+    if (!one_example(&cs, ws_c, &cc, &lay, buf, seed, (uint64_t)t, &tm)) die("cache example");
     tc[t] = tm.total, dec[t] = tm.decode, pl[t] = tm.plan, wr[t] = tm.write, gt[t] = tm.get;
     sum_c += tm.total;
     memcpy(ref, buf, lay.total); /* the cached example, to compare (outside the timings) */
-    if (!one_example(&fsrc, &cc, &lay, buf, seed, (uint64_t)t, &tm)) die("files example");
+    if (!one_example(&fsrc, ws_f, &cc, &lay, buf, seed, (uint64_t)t, &tm)) die("files example");
     same += !memcmp(ref, buf, lay.total);
     tf[t] = tm.total, fget[t] = tm.get;
     sum_f += tm.total;
@@ -384,8 +380,8 @@ static void bench_examples(const args *a, const char *mmcif, const char *ccd_pat
          1e3 * s_get / S, 1e3 * s_dec / S, 1e3 * s_pl / S, 1e3 * s_wr / S, 1e3 * s_fget / S);
   double m_get = quantile(gt, S, 0.5), m_dec = quantile(dec, S, 0.5),
          m_pl = quantile(pl, S, 0.5), m_wr = quantile(wr, S, 0.5), m_fget = quantile(fget, S, 0.5);
-  printf("  cache step, median parts: get %.3f ms, decode (zstd + checksums) %.3f ms, crop plan "
-         "%.3f ms, write (crop, subsample, augment, pad) %.3f ms\n",
+  printf("  cache step, median parts: get %.3f ms, decode (checksums + zstd of the kept rows) "
+         "%.3f ms, crop plan %.3f ms, write (crop, subsample, augment, pad) %.3f ms\n",
          1e3 * m_get, 1e3 * m_dec, 1e3 * m_pl, 1e3 * m_wr);
   printf("  files step, median featurise + encode (source get) %.3f ms\n", 1e3 * m_fget);
   char extra[640];
@@ -439,6 +435,7 @@ static void bench_examples(const args *a, const char *mmcif, const char *ccd_pat
     row("no-cache", "loader", "step", S, 1e3 * pf, extra);
   }
   free(tc), free(tf), free(td), free(dec), free(pl), free(wr), free(gt), free(fget);
+  mf_loader_ws_free(ws_c), mf_loader_ws_free(ws_f);
   mf_free(buf);
   mf_crop_layout_free(&lay);
   mf_ccd_free(&ccd);

@@ -1,7 +1,7 @@
 /* test_cache.c — the LMDB feature cache (cache.h), in a mkdtemp directory: put/get/has,
  * zero-copy pointers, listing and counting, reopening read-only, many records forcing the
  * map to grow, concurrent readers while a writer grows the map, metadata stored and a
- * mismatch detected, a killed writer leaving only whole records, and errors naming the
+ * mismatch detected, a cache of an older record format refused, a killed writer leaving only whole records, and errors naming the
  * path and the id (a path that is a file, a missing cache, bad ids, misuse of readers).
  * Not here: the record codec (test_features.c), the prep driver (test_prep.c). */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, kill */
@@ -228,6 +228,28 @@ static void test_errors(void) {
   MF_TEST(st == MF_OK && mf_cache_meta_get(c, &m) == MF_OK && m.ccd_crc32 == 0xdeadbeef,
           "metadata added on a later open");
   mf_cache_close(c);
+}
+
+/* A cache whose metadata names an older record format is refused at open, saying why. */
+static void test_old_version(void) {
+  char path[128];
+  sub(path, sizeof path, "oldver");
+  mf_cache_meta old = META;
+  old.record_version = MF_FEATURES_VERSION - 1;
+  mf_cache_opts o = {.writable = 1, .expect = &old};
+  mf_cache *c = NULL;
+  MF_TEST(mf_cache_open(path, &o, &c) == MF_OK, "create a cache with version %u metadata: %s",
+          old.record_version, mf_error_message());
+  mf_cache_close(c);
+  c = NULL;
+  mf_status st = mf_cache_open(path, &(mf_cache_opts){0}, &c);
+  MF_TEST(st == MF_ERR_CONFIG && !c && strstr(mf_error_message(), path) &&
+              strstr(mf_error_message(), "format version") &&
+              strstr(mf_error_message(), "rebuild"),
+          "reopening it (no expectations) is refused: %s", mf_error_message());
+  st = mf_cache_open(path, &(mf_cache_opts){.writable = 1, .expect = &META}, &c);
+  MF_TEST(st == MF_ERR_CONFIG && !c && strstr(mf_error_message(), "rebuild"),
+          "resuming prep into it is refused too: %s", mf_error_message());
 }
 
 static void test_growth(void) {
@@ -518,6 +540,7 @@ int main(void) {
   int64_t start = mf_mem_stats(MF_HOST).current;
   test_basic();
   test_errors();
+  test_old_version();
   test_growth();
   test_killed_writer();
   test_other_process_grows();

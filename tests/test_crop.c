@@ -5,7 +5,8 @@
  * versus all pairs), sorted output, determinism per (seed, step), the method frequencies
  * against the weights, fallbacks and edge cases (crop >= N, one chain, nothing resolved,
  * bad arguments). Then applying a plan to a feature set: token, (N, N), atom and MSA axes
- * sliced, index features re-indexed, padding and masks, the contract layout.
+ * sliced, index features re-indexed, padding and masks, the contract layout, and the ref_pos
+ * augmentation value by value (rotation and translation draws of the documented indices).
  * Not here: threads and the cache (test_loader.c). */
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/philox.h"
 #include "data/crop.h"
 #include "data/ccd.h"
 #include "data/featurize.h"
@@ -671,6 +673,63 @@ static void test_apply(void) {
 
 /* The croppers on featurised entries of ../shared/data (centre atoms from coordinate and
  * token_centre_atom, resolved = token_resolved), checked as above. */
+/* The ref_pos augmentation value by value: per uid group, centre on the masked atoms, the
+ * rotation of mf_crop_random_rotation at 8·uid and translation normals 8·uid + 4..6
+ * (mf_philox_normal), recomputed here in the documented order. */
+static void test_augment_exact(void) {
+  mf_feature_set fs;
+  mf_features_init(&fs, "aug");
+  const int64_t N = 3, Na = 6;
+  int32_t asym[3] = {1, 1, 2}, a2t[6] = {0, 1, 1, 2, 2, 2}, uid[6] = {0, 5, 5, 9, 9, 9};
+  uint8_t mask[6] = {1, 1, 1, 1, 0, 1};
+  float pos[18];
+  for (int i = 0; i < 18; i++) pos[i] = (float)(0.37 * i * i - 2.1 * i + 1.5);
+  mf_features_add(&fs, "asym_id", MF_I32, 1, (int64_t[]){N}, asym);
+  mf_features_add(&fs, "atom_to_token", MF_I32, 1, (int64_t[]){Na}, a2t);
+  mf_features_add(&fs, "ref_pos", MF_F32, 2, (int64_t[]){Na, 3}, pos);
+  mf_features_add(&fs, "ref_mask", MF_U8, 1, (int64_t[]){Na}, mask);
+  mf_features_add(&fs, "ref_space_uid", MF_I32, 1, (int64_t[]){Na}, uid);
+  mf_crop_config cfg;
+  mf_crop_config_default(&cfg);
+  int ok = 1;
+  for (uint64_t step = 0; step < 20; step++) {
+    mf_crop_plan p;
+    mf_feature_set out;
+    ok &= mf_crop_plan_make(&fs, &cfg, 11, step, &p) == MF_OK && p.n_atom == Na;
+    ok &= mf_crop_apply(&fs, &p, NULL, &out) == MF_OK;
+    const float *got = mf_features_get(&out, "ref_pos")->data;
+    const uint64_t stream = mf_rng_stream(step, MF_RNG_AUGMENT, 0);
+    for (int g = 0; g < 3; g++) {
+      const int lo = g == 0 ? 0 : g == 1 ? 1 : 3, hi = g == 0 ? 1 : g == 1 ? 3 : 6;
+      double c[3] = {0, 0, 0}, cnt = 0;
+      for (int k = lo; k < hi; k++)
+        if (mask[k]) {
+          for (int a = 0; a < 3; a++) c[a] += pos[3 * k + a];
+          cnt++;
+        }
+      for (int a = 0; a < 3; a++) c[a] /= cnt;
+      const uint64_t base = 8u * (uint64_t)uid[lo];
+      float R[9];
+      mf_crop_random_rotation(11, stream, base, R);
+      double tr[3];
+      for (int a = 0; a < 3; a++) tr[a] = mf_philox_normal(11, stream, base + 4 + (uint64_t)a);
+      for (int k = lo; k < hi; k++)
+        for (int a = 0; a < 3; a++) {
+          double x[3] = {pos[3 * k] - c[0], pos[3 * k + 1] - c[1], pos[3 * k + 2] - c[2]};
+          float want = mask[k] ? (float)(R[3 * a] * x[0] + R[3 * a + 1] * x[1] +
+                                         R[3 * a + 2] * x[2] + tr[a])
+                               : pos[3 * k + a];
+          ok &= memcmp(&want, &got[3 * k + a], sizeof want) == 0;
+        }
+    }
+    mf_features_free(&out);
+    mf_crop_plan_free(&p);
+  }
+  MF_TEST(ok, "ref_pos augmentation equals the documented rotation and translation, bit for "
+          "bit, over 20 steps");
+  mf_features_free(&fs);
+}
+
 static void test_real(void) {
   const char *ccd_path = "../shared/data/ccd/components_subset.cif.gz";
   struct stat sb;
@@ -753,6 +812,7 @@ int main(void) {
   test_choice();
   test_edges();
   test_apply();
+  test_augment_exact();
   test_real();
   return mf_test_end();
 }

@@ -1,16 +1,18 @@
 /* test_features.c — the feature set container and the record codec (features.h): round
  * trips of every dtype and rank (zero-size dims included); identical sets give identical
  * bytes and decode→encode gives the record back; the record matches the documented format
- * byte for byte (built here independently); every corrupted byte and every truncation is
- * MF_ERR_FORMAT; crafted records with valid checksums but bad fields are rejected with a
- * message naming the field; random mutations never crash; container errors (duplicate,
- * long or empty names, bad shapes), mf_features_expect messages, allocation failures
- * without leaks. Not here: the LMDB cache (test_cache.c), prep (test_prep.c). */
+ * byte for byte (built here independently, crc32c included), also the frame cut of large
+ * (blocked) tensors; every corrupted byte and every truncation is MF_ERR_FORMAT; crafted
+ * records with valid checksums but bad fields (version 1 and 3, flags, frames) are rejected
+ * with a message naming the field; random mutations never crash; the partial reader (plain
+ * tensors at open, rows on demand, a bad row block failing only when loaded, read-only
+ * views); container errors (duplicate, long or empty names, bad shapes), mf_features_expect
+ * messages, allocation failures without leaks. Not here: the LMDB cache (test_cache.c),
+ * prep (test_prep.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <zlib.h>
 #include <zstd.h>
 
 #include "data/features.h"
@@ -32,32 +34,62 @@ static void fill(void *p, size_t n, uint32_t salt) {
 static void put32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
+static uint32_t get32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 static void put64(uint8_t *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* The second checksum: header bytes 0..35, then the zstd bytes. */
-static void seal(uint8_t *rec, size_t len) {
-  uLong c = crc32(0, rec, 36);
-  c = crc32(c, rec + 40, (uInt)(len - 40));
-  put32(rec + 36, (uint32_t)c);
+/* crc32c (Castagnoli), bit by bit: an implementation independent of the codec's. */
+static uint32_t crc32c_bits(uint32_t c, const uint8_t *p, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    c ^= p[i];
+    for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+  }
+  return c;
 }
 
-/* A record around `raw` with correct checksums, built from the documented outer format. */
-static uint8_t *wrap_raw(const uint8_t *raw, size_t raw_len, int level, size_t *len) {
-  size_t bound = ZSTD_compressBound(raw_len);
-  uint8_t *rec = malloc(40 + bound);
-  size_t zn = ZSTD_compress(rec + 40, bound, raw, raw_len, level);
-  MF_ASSERT(!ZSTD_isError(zn), "zstd: %s", ZSTD_getErrorName(zn));
+/* The record checksum: crc32c of header bytes 0..35, then the body. */
+static void seal(uint8_t *rec, size_t len) {
+  uint32_t c = crc32c_bits(0xffffffffu, rec, 36);
+  c = crc32c_bits(c, rec + 40, len - 40);
+  put32(rec + 36, ~c);
+}
+
+/* A record around `raw` cut into frames of the given raw lengths (they sum to raw_len), with
+ * correct checksums, built from the documented outer format (version 2). */
+static uint8_t *wrap_frames(const uint8_t *raw, size_t raw_len, const size_t *cut, int ncut,
+                            int level, size_t *len) {
+  size_t cap = 40 + 4 * (size_t)ncut;
+  for (int k = 0; k < ncut; k++) cap += ZSTD_compressBound(cut[k]);
+  uint8_t *rec = malloc(cap);
+  ZSTD_CCtx *cc = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(cc, ZSTD_c_compressionLevel, level);
+  ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 0);
+  size_t pos = 40 + 4 * (size_t)ncut, off = 0;
+  for (int k = 0; k < ncut; k++) {
+    size_t zn = ZSTD_compress2(cc, rec + pos, cap - pos, raw + off, cut[k]);
+    MF_ASSERT(!ZSTD_isError(zn), "zstd: %s", ZSTD_getErrorName(zn));
+    put32(rec + 40 + 4 * (size_t)k, (uint32_t)zn);
+    pos += zn, off += cut[k];
+  }
+  MF_ASSERT(off == raw_len, "frame cut covers %zu of %zu bytes", off, raw_len);
+  ZSTD_freeCCtx(cc);
   memcpy(rec, "MFREC001", 8);
-  put32(rec + 8, 1);
+  put32(rec + 8, 2);
   put32(rec + 12, 0);
   put64(rec + 16, raw_len);
-  put64(rec + 24, zn);
-  put32(rec + 32, (uint32_t)crc32(0, raw, (uInt)raw_len));
-  *len = 40 + zn;
+  put64(rec + 24, pos - 40);
+  put32(rec + 32, (uint32_t)ncut);
+  *len = pos;
   seal(rec, *len);
   return rec;
+}
+
+/* The same with one frame (every test set here is below the 64 KiB blocking size). */
+static uint8_t *wrap_raw(const uint8_t *raw, size_t raw_len, int level, size_t *len) {
+  return wrap_frames(raw, raw_len, &raw_len, 1, level, len);
 }
 
 /* The raw bytes of a set, built independently from the format in features.h. */
@@ -119,6 +151,8 @@ static void sample_set(mf_feature_set *fs, const char *id) {
 /* ------------------------------------------------------------------ tests */
 
 static void test_round_trip_all(void) {
+  MF_TEST(~crc32c_bits(0xffffffffu, (const uint8_t *)"123456789", 9) == 0xE3069283u,
+          "the test's crc32c has the standard check value");
   static const mf_dtype dts[5] = {MF_F32, MF_BF16, MF_F64, MF_I32, MF_U8};
   mf_feature_set fs;
   mf_features_init(&fs, "1abc");
@@ -341,24 +375,42 @@ static void test_crafted(void) {
   size_t len;
   uint8_t *rec = wrap_raw(raw, rl, 1, &len);
   mf_feature_set out;
-  put32(rec + 8, 2);
+  put32(rec + 8, 3);
   seal(rec, len);
-  MF_TEST(mf_features_decode(rec, len, "v2", &out) == MF_ERR_FORMAT &&
-              strstr(mf_error_message(), "version 2"),
-          "version 2 rejected: %s", mf_error_message());
+  MF_TEST(mf_features_decode(rec, len, "v3", &out) == MF_ERR_FORMAT &&
+              strstr(mf_error_message(), "version 3"),
+          "version 3 rejected: %s", mf_error_message());
   put32(rec + 8, 1);
+  seal(rec, len);
+  MF_TEST(mf_features_decode(rec, len, "v1", &out) == MF_ERR_FORMAT &&
+              strstr(mf_error_message(), "version 1") && strstr(mf_error_message(), "rebuild"),
+          "version 1 (the old one-frame format) rejected, saying to rebuild: %s",
+          mf_error_message());
+  put32(rec + 8, 2);
   put32(rec + 12, 4);
   seal(rec, len);
   MF_TEST(mf_features_decode(rec, len, "fl", &out) == MF_ERR_FORMAT &&
               strstr(mf_error_message(), "flags"),
           "unknown flags rejected: %s", mf_error_message());
   put32(rec + 12, 0);
-  put32(rec + 32, ~0u ^ (uint32_t)crc32(0, raw, (uInt)rl)); /* raw crc wrong, header sealed */
+  rec[44] ^= 0x01; /* the frame's zstd magic wrong, sealed */
   seal(rec, len);
-  MF_TEST(mf_features_decode(rec, len, "rc", &out) == MF_ERR_FORMAT &&
-              strstr(mf_error_message(), "payload checksum"),
-          "wrong crc32(raw) rejected: %s", mf_error_message());
-  put32(rec + 32, (uint32_t)crc32(0, raw, (uInt)rl));
+  MF_TEST(mf_features_decode(rec, len, "mg", &out) == MF_ERR_FORMAT &&
+              strstr(mf_error_message(), "zstd frame"),
+          "a frame that is not a zstd frame rejected: %s", mf_error_message());
+  rec[44] ^= 0x01;
+  rec[44 + 4] |= 4u; /* the frame descriptor claiming a content checksum (not canonical) */
+  seal(rec, len);
+  MF_TEST(mf_features_decode(rec, len, "ck", &out) == MF_ERR_FORMAT &&
+              strstr(mf_error_message(), "plain zstd frame"),
+          "a frame with a content checksum rejected (not what the encoder writes): %s",
+          mf_error_message());
+  rec[44 + 4] &= (uint8_t)~4u;
+  put32(rec + 32, 2); /* two frames announced, one table entry's worth of data */
+  seal(rec, len);
+  MF_TEST(mf_features_decode(rec, len, "nf", &out) == MF_ERR_FORMAT,
+          "a wrong frame count rejected: %s", mf_error_message());
+  put32(rec + 32, 1);
   put64(rec + 16, (uint64_t)1 << 50);
   seal(rec, len);
   MF_TEST(mf_features_decode(rec, len, "big", &out) == MF_ERR_FORMAT &&
@@ -373,11 +425,13 @@ static void test_crafted(void) {
   /* valid header, zstd data that is not a frame */
   rec = calloc(1, 40 + 64);
   memcpy(rec, "MFREC001", 8);
-  put32(rec + 8, 1);
+  put32(rec + 8, 2);
   put64(rec + 16, 100);
   put64(rec + 24, 64);
-  memset(rec + 40, 0xab, 64);
-  seal(rec, len);
+  put32(rec + 32, 1);
+  memset(rec + 44, 0xab, 60);
+  put32(rec + 40, 60);
+  seal(rec, 104);
   MF_TEST(mf_features_decode(rec, 104, "junk", &out) == MF_ERR_FORMAT, "junk frame rejected: %s",
           mf_error_message());
   free(rec);
@@ -442,6 +496,152 @@ static void test_random_mutations(void) {
   MF_TEST(bad == 0, "500 random byte strings → MF_ERR_FORMAT (%lld not)", (long long)bad);
   free(raw);
   free(w);
+  mf_features_free(&fs);
+}
+
+/* Large tensors: the documented frame cut (built here independently), full and partial
+ * decoding through a reader, and corruption of the row-block frames. */
+static void test_blocked(void) {
+  mf_feature_set fs;
+  mf_features_init(&fs, "9blk");
+  int64_t s_deep[2] = {3000, 100}, s_small[1] = {100}, s_wide[2] = {600, 600}, s_tail[2] = {7, 3};
+  fill(mf_features_add(&fs, "deep", MF_U8, 2, s_deep, NULL), 3000 * 100, 11); /* >= 2048 rows */
+  fill(mf_features_add(&fs, "small", MF_I32, 1, s_small, NULL), 400, 12);
+  fill(mf_features_add(&fs, "wide", MF_U8, 2, s_wide, NULL), 600 * 600, 13);    /* < 2048 rows */
+  fill(mf_features_add(&fs, "tail", MF_F32, 2, s_tail, NULL), 84, 14);
+  uint8_t *rec;
+  size_t len;
+  MF_TEST(mf_features_encode(&fs, 3, &rec, &len) == MF_OK, "encode a set with blocked tensors");
+  /* the documented cut (both >= 256 KiB): plain [0, deep), deep in blocks of 512/100 = 5
+   * rows, plain up to wide, wide in blocks of 32768/600 = 54 rows, plain to the end */
+  size_t rl;
+  uint8_t *raw = build_raw(&fs, &rl);
+  size_t cut[700];
+  int nc = 0;
+  size_t off_deep = (68 + 96 * 4 + 63) / 64 * 64, off_wide = 0, end_deep = off_deep + 300000;
+  cut[nc++] = off_deep;
+  for (int r = 0; r < 3000; r += 5) cut[nc++] = (size_t)(3000 - r < 5 ? 3000 - r : 5) * 100;
+  off_wide = (((end_deep + 63) / 64 * 64 + 400) + 63) / 64 * 64;
+  cut[nc++] = off_wide - end_deep;
+  for (int r = 0; r < 600; r += 54) cut[nc++] = (size_t)(600 - r < 54 ? 600 - r : 54) * 600;
+  cut[nc++] = rl - (off_wide + 360000);
+  size_t len2;
+  uint8_t *rec2 = wrap_frames(raw, rl, cut, nc, 3, &len2);
+  MF_TEST(len2 == len && !memcmp(rec, rec2, len),
+          "record equals an independent build of the documented frame cut (%d frames, %zu vs "
+          "%zu bytes)", nc, len, len2);
+  mf_features_info info;
+  MF_TEST(mf_features_peek(rec, len, "b", &info) == MF_OK && info.n_frames == (uint32_t)nc,
+          "peek: %u frames", info.n_frames);
+  mf_feature_set back;
+  MF_TEST(mf_features_decode(rec, len, "b", &back) == MF_OK && sets_equal(&fs, &back),
+          "full decode round-trips: %s", mf_error_message());
+  mf_features_free(&back);
+
+  /* an incompressible record of 300 kB (the checksum's three-stream path, a blocked tensor) */
+  {
+    mf_feature_set nz;
+    mf_features_init(&nz, "noise");
+    uint8_t *d = mf_features_add(&nz, "noise", MF_U8, 2, (int64_t[]){150, 2000}, NULL);
+    for (int i = 0; i < 300000; i++) d[i] = (uint8_t)rnd();
+    uint8_t *r1, *r2, *nraw;
+    size_t l1, l2, nrl;
+    nraw = build_raw(&nz, &nrl);
+    size_t ncut[11] = {(68 + 96 + 63) / 64 * 64}; /* plain table, then 16-row blocks */
+    for (int b = 0; b < 10; b++) ncut[1 + b] = (size_t)(b < 9 ? 16 : 6) * 2000;
+    MF_TEST(mf_features_encode(&nz, 3, &r1, &l1) == MF_OK, "encode noise");
+    r2 = wrap_frames(nraw, nrl, ncut, 11, 3, &l2);
+    mf_feature_set back2;
+    MF_TEST(l1 > (256u << 10) && l1 == l2 && !memcmp(r1, r2, l1) &&
+                mf_features_decode(r1, l1, "noise", &back2) == MF_OK && sets_equal(&nz, &back2),
+            "a %zu-byte record: checksum and frames as documented, round trip", l1);
+    mf_features_free(&back2);
+    mf_free(r1);
+    free(r2), free(nraw);
+    mf_features_free(&nz);
+  }
+
+  /* a reader: plain tensors at once, the rows asked for, then everything */
+  mf_features_reader *rd;
+  MF_TEST(mf_features_reader_create(&rd) == MF_OK, "reader");
+  mf_feature_set v;
+  MF_TEST(mf_features_reader_open(rd, rec, len, "rd", &v) == MF_OK && v.n == 4 && v.borrowed &&
+              !strcmp(v.id, "9blk"),
+          "reader open: %s", mf_error_message());
+  const mf_feature *vs = mf_features_get(&v, "small"), *vt = mf_features_get(&v, "tail");
+  MF_TEST(vs && vt && !memcmp(vs->data, fs.f[1].data, 400) && !memcmp(vt->data, fs.f[3].data, 84),
+          "plain tensors are there after open");
+  int32_t rows[5] = {2999, 0, 1234, 13, 12};
+  MF_TEST(mf_features_reader_load(rd, "deep", rows, 5) == MF_OK, "load 5 rows");
+  const mf_feature *vd = mf_features_get(&v, "deep");
+  int ok = 1;
+  for (int i = 0; i < 5; i++)
+    ok &= !memcmp((uint8_t *)vd->data + 100 * rows[i], (uint8_t *)fs.f[0].data + 100 * rows[i],
+                  100);
+  MF_TEST(ok, "the loaded rows hold the values");
+  int32_t bad_row = 3000;
+  MF_TEST(mf_features_reader_load(rd, "deep", &bad_row, 1) == MF_ERR_CONFIG,
+          "a row outside the tensor: %s", mf_error_message());
+  MF_TEST(mf_features_reader_load(rd, "nope", NULL, 0) == MF_ERR_FORMAT &&
+              strstr(mf_error_message(), "nope"),
+          "a missing feature named: %s", mf_error_message());
+  MF_TEST(mf_features_reader_load(rd, "deep", NULL, 0) == MF_OK &&
+              mf_features_reader_load(rd, "wide", NULL, 0) == MF_OK &&
+              mf_features_reader_load(rd, "small", NULL, 0) == MF_OK,
+          "load everything");
+  ok = v.n == fs.n;
+  for (int i = 0; ok && i < fs.n; i++)
+    ok = !memcmp(v.f[i].data, fs.f[i].data, mf_features_tensor_bytes(&fs.f[i]));
+  MF_TEST(ok, "the view equals the set once everything is loaded");
+  MF_TEST(mf_features_add(&v, "x", MF_U8, 0, NULL, NULL) == NULL, "the view is read-only");
+  mf_features_free(&v);
+  MF_TEST(v.f == NULL && v.n == 0, "freeing a view only zeroes it");
+
+  /* corrupted bytes anywhere (a sample of positions, both decoders) */
+  uint8_t *buf = malloc(len);
+  int64_t flips = 0, missed = 0;
+  for (size_t pos = 0; pos < len; pos += 1 + pos % 13) {
+    memcpy(buf, rec, len);
+    buf[pos] ^= (uint8_t)(1u << (pos % 8));
+    mf_feature_set o;
+    if (mf_features_decode(buf, len, "flip", &o) != MF_ERR_FORMAT) missed++;
+    mf_features_free(&o);
+    if (mf_features_reader_open(rd, buf, len, "flip", &o) != MF_ERR_FORMAT) missed++;
+    mf_features_free(&o);
+    flips++;
+  }
+  MF_TEST(missed == 0, "%lld flipped bytes over %zu → MF_ERR_FORMAT from decode and reader open "
+          "(%lld not)", (long long)flips, len, (long long)missed);
+  /* a row-block frame that is not a zstd frame under a valid crc (crafted): open passes
+   * (the frame is not read), loading its rows fails, other rows load */
+  memcpy(buf, rec, len);
+  size_t fpos = 40 + 4 * (size_t)nc;
+  for (int k = 0; k < 3; k++) fpos += get32(rec + 40 + 4 * (size_t)k);
+  buf[fpos] ^= 0x10; /* frame 3 = rows 10..14 of deep */
+  seal(buf, len);
+  int32_t r_bad = 12, r50 = 50;
+  MF_TEST(mf_features_reader_open(rd, buf, len, "blk", &v) == MF_OK &&
+              mf_features_reader_load(rd, "deep", &r50, 1) == MF_OK &&
+              mf_features_reader_load(rd, "deep", &r_bad, 1) == MF_ERR_FORMAT &&
+              strstr(mf_error_message(), "blk") && strstr(mf_error_message(), "frame 3"),
+          "a bad row block fails when its rows are loaded: %s", mf_error_message());
+  mf_feature_set o;
+  MF_TEST(mf_features_decode(buf, len, "blk", &o) == MF_ERR_FORMAT,
+          "... and the full decode fails: %s", mf_error_message());
+  mf_features_free(&o);
+  /* the same bytes cut into other frames (valid checksums) are not the canonical record */
+  size_t one = rl;
+  uint8_t *rec3 = wrap_frames(raw, rl, &one, 1, 3, &len2);
+  MF_TEST(mf_features_decode(rec3, len2, "cut", &o) == MF_ERR_FORMAT &&
+              mf_features_reader_open(rd, rec3, len2, "cut", &v) == MF_ERR_FORMAT,
+          "a non-canonical frame cut rejected: %s", mf_error_message());
+  mf_features_free(&o);
+  free(rec3);
+  free(buf);
+  mf_features_reader_free(rd);
+  free(raw);
+  free(rec2);
+  mf_free(rec);
   mf_features_free(&fs);
 }
 
@@ -555,6 +755,7 @@ int main(void) {
   test_corruption();
   test_crafted();
   test_random_mutations();
+  test_blocked();
   test_container_errors();
   test_expect();
   test_alloc_failures();

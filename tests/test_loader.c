@@ -5,9 +5,10 @@
  * and a record that does not fit the layout are skipped, the same ones in every run, with
  * the step taking the next entry of the shuffle; shutdown with pending work and with a
  * slot still held; random rotations are orthonormal with det +1 and unbiased; MSA
- * subsampling keeps the query first and never repeats a row; then the same through a real
- * LMDB cache, and on real entries of ../shared/data featurised and cached here (skipped
- * with a message when the data is absent).
+ * subsampling keeps the query first, never repeats a row and draws the documented rows;
+ * then the same through a real LMDB cache, and on real entries of ../shared/data
+ * featurised and cached here (skipped with a message when the data is absent), where the
+ * partial decode of mf_loader_build_example also equals a full decode + crop.
  * Entries are synthetic feature sets holding every MF_FEATURES feature (featurize.h). */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <dirent.h>
@@ -23,6 +24,7 @@
 #include "data/ccd.h"
 #include "data/crop.h"
 #include "data/featurize.h"
+#include "core/philox.h"
 #include "data/loader.h"
 #include "harness.h"
 
@@ -228,6 +230,11 @@ static void test_rotation(void) {
   MF_TEST(mx < 0.05, "random rotations are unbiased: |E[R]| max %.4f (uniform: 0)", mx);
 }
 
+static int cmp_i32_test(const void *a, const void *b) {
+  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  return (x > y) - (x < y);
+}
+
 static void test_msa_rows(void) {
   int ok = 1, cap_ok = 1;
   int hist[41] = {0};
@@ -247,6 +254,31 @@ static void test_msa_rows(void) {
   MF_TEST(covered, "MSA rows: k ~ U{1..S} (every k seen ~1/S of the time)");
   MF_TEST(mf_crop_msa_rows(1, 5, 1, 2, rows) == 1 && rows[0] == 0, "one-row MSA keeps the query");
   MF_TEST(mf_crop_msa_rows(0, 5, 1, 2, rows) == 0, "empty MSA: no rows");
+  /* the rows are those of the documented draw, a partial Fisher-Yates over a pool 1..S-1
+   * (k = 1 + draw 0, then draw 1 + i picks pool[i + U[0, S-1-i)]), done here densely */
+  int same = 1;
+  static int32_t got[50000], pool[50000];
+  static const int64_t Ss[5] = {2, 17, 600, 3000, 45887};
+  for (int si = 0; si < 5; si++)
+    for (uint64_t st = 0; st < 12; st++) {
+      const int64_t S = Ss[si], cap = st % 3 == 0 ? 1024 : st % 3 == 1 ? 5 : 16384;
+      const uint64_t stream = mf_rng_stream(st, MF_RNG_MSA, 0);
+      uint32_t w[4];
+      mf_philox_block(9, stream, 0, w);
+      int64_t k = 1 + (int64_t)(((uint64_t)w[0] * (uint64_t)S) >> 32);
+      if (k > cap) k = cap;
+      for (int64_t i = 0; i < S - 1; i++) pool[i] = (int32_t)(i + 1);
+      for (int64_t i = 0; i < k - 1; i++) {
+        mf_philox_block(9, stream, 1 + (uint64_t)i, w);
+        int64_t j = i + (int64_t)(((uint64_t)w[(1 + i) & 3] * (uint64_t)(S - 1 - i)) >> 32);
+        int32_t t = pool[i];
+        pool[i] = pool[j], pool[j] = t;
+      }
+      qsort(pool, (size_t)(k - 1), sizeof *pool, cmp_i32_test);
+      int64_t kk = mf_crop_msa_rows(S, cap, 9, stream, got);
+      same &= kk == k && got[0] == 0 && !memcmp(got + 1, pool, (size_t)(k - 1) * sizeof *pool);
+    }
+  MF_TEST(same, "MSA rows: the documented draw, row for row (S up to 45887, caps 5..16384)");
 }
 
 /* ------------------------------------------------------------------ the loader */
@@ -554,8 +586,9 @@ static void test_real(void) {
     MF_TEST(0, "CCD: %s", mf_error_message());
     return;
   }
-  /* a few entries: monomers, a heterodimer, DNA, ligands */
-  static const char *ids[] = {"1crn", "1ay7", "1bna", "1cbs", "1a7g", "102m", "1aki", "1fez-assembly1"};
+  /* a few entries: monomers, a heterodimer, DNA, ligands, a deep MSA */
+  static const char *ids[] = {"1crn", "1ay7", "1bna", "1cbs", "1a7g", "102m", "1aki", "1fez-assembly1",
+                              "7zzx" /* 8340 MSA rows: row-block frames */};
   char dir[] = "/tmp/mf_loader_real_XXXXXX";
   MF_ASSERT(mkdtemp(dir), "mkdtemp");
   char path[600];
@@ -621,6 +654,56 @@ static void test_real(void) {
   MF_TEST(shapes_ok && stored >= 6, "real entries: %lld featurised, cropped consistently", (long long)stored);
   MF_TEST(with_iface > 0, "real entries: some spatial-interface crops happened (%d)", with_iface);
   loader_on_cache(path, stored, "real-entry LMDB cache");
+  /* the partial decode of mf_loader_build_example (one workspace reused across entries and
+   * steps, only the kept rows of the blocked MSA / token-pair tensors decompressed) gives
+   * the bytes of a full decode + plan + write, at small and at benchmark sizes */
+  {
+    mf_cache *c2;
+    MF_ASSERT(mf_cache_open(path, &(mf_cache_opts){0}, &c2) == MF_OK, "%s", mf_error_message());
+    mf_cache_reader *rd;
+    mf_loader_ws *ws;
+    MF_ASSERT(mf_cache_reader_open(c2, &rd) == MF_OK && mf_loader_ws_create(&ws) == MF_OK, "ws");
+    int same = 1, n_cmp = 0;
+    for (int size = 0; size < 2; size++) {
+      mf_crop_config cz;
+      mf_crop_config_default(&cz);
+      cz.crop_size = size ? 384 : 64, cz.max_msa_rows = size ? 1024 : 32;
+      mf_crop_layout lay;
+      MF_ASSERT(mf_crop_layout_make(NULL, &cz, &lay) == MF_OK, "layout");
+      uint8_t *b1 = malloc(lay.total), *b2 = malloc(lay.total);
+      for (uint64_t t = 0; t < 24; t++) {
+        const char *id = ids[t % (sizeof ids / sizeof ids[0])];
+        const uint8_t *rec;
+        size_t len;
+        MF_ASSERT(mf_cache_read_begin(rd) == MF_OK, "read");
+        if (mf_cache_get(rd, id, &rec, &len) != MF_OK) {
+          mf_cache_read_end(rd);
+          continue;
+        }
+        mf_loader_example ex;
+        memset(b1, 0xa5, lay.total); /* every byte must be written */
+        same &= mf_loader_build_example(ws, rec, len, id, &cz, &lay, 9, t, b1, &ex, NULL) == MF_OK;
+        mf_feature_set fs;
+        mf_crop_plan p;
+        same &= mf_features_decode(rec, len, id, &fs) == MF_OK;
+        same &= mf_crop_plan_make(&fs, &cz, 9, t, &p) == MF_OK;
+        same &= mf_crop_write(&fs, &p, &lay, b2) == MF_OK;
+        same &= !memcmp(b1, b2, lay.total) && ex.n_tok == p.n_tok && ex.n_msa == p.n_msa &&
+                !strcmp(ex.id, id);
+        mf_crop_plan_free(&p);
+        mf_features_free(&fs);
+        mf_cache_read_end(rd);
+        n_cmp++;
+      }
+      free(b1), free(b2);
+      mf_crop_layout_free(&lay);
+    }
+    MF_TEST(same && n_cmp >= 12, "mf_loader_build_example == decode + plan + write on %d real "
+            "(entry, step) pairs, one reused workspace", n_cmp);
+    mf_loader_ws_free(ws);
+    mf_cache_reader_close(rd);
+    mf_cache_close(c2);
+  }
   /* at training sizes (crop 384, up to 16384 MSA rows): the step is still exact, and the
    * time per example is printed (information, not a check) */
   {

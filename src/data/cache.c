@@ -276,7 +276,18 @@ static mf_status open_dbs(mf_cache *c, const mf_cache_opts *o) {
     return lmdb_error(c, rc, "opening the databases", NULL);
   }
   mf_status st = MF_OK;
-  if (o && o->expect) {
+  {
+    /* records of another format version are refused whatever the caller expects */
+    mf_cache_meta have;
+    int absent;
+    if (meta_read(c, txn, &have, &absent) != MF_OK) mf_error_clear(); /* none yet: fine here */
+    else if (have.record_version != MF_FEATURES_VERSION)
+      st = mf_error_set(MF_ERR_CONFIG, "cache %s: its records are in format version %" PRIu32
+                        ", this build reads version %d: rebuild the cache with megafold prep "
+                        "(into a new directory)", c->path, have.record_version,
+                        MF_FEATURES_VERSION);
+  }
+  if (st == MF_OK && o && o->expect) {
     mf_cache_meta have;
     int absent;
     st = meta_read(c, txn, &have, &absent);

@@ -1,6 +1,8 @@
-/* crop.c — token croppers (contiguous, spatial, spatial-interface), MSA row subsampling,
- * ref_pos augmentation, and the application of a crop plan to a feature set with padding
- * to a static layout. See crop.h for the contracts and the Philox stream layout.
+/* crop.c — token croppers (contiguous, spatial, spatial-interface), MSA row subsampling
+ * (a sparse Fisher-Yates: O(rows kept), not O(S)), ref_pos augmentation, and the
+ * application of a crop plan to a feature set with padding to a static layout (leading-axis
+ * features copied as runs of consecutive rows, each feature writing its own padding).
+ * See crop.h for the contracts and the Philox stream layout.
  * Not here: threads, buffers, the cache (loader.c), the featuriser (featurize.c). */
 #include "data/crop.h"
 
@@ -46,11 +48,6 @@ static mf_status check_tokens(const mf_crop_tokens *t, int64_t crop_size, const 
 static void take_all(int64_t n, int32_t *out, int64_t *n_out) {
   for (int64_t i = 0; i < n; i++) out[i] = (int32_t)i;
   *n_out = n;
-}
-
-static int cmp_i32(const void *a, const void *b) {
-  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-  return (x > y) - (x < y);
 }
 
 typedef struct {
@@ -134,10 +131,35 @@ typedef struct {
   double d;
   int32_t idx;
 } dist_idx;
-static int cmp_dist_idx(const void *a, const void *b) {
-  const dist_idx *x = a, *y = b;
-  if (x->d != y->d) return x->d < y->d ? -1 : 1;
-  return (x->idx > y->idx) - (x->idx < y->idx);
+static int dist_less(const dist_idx *x, const dist_idx *y) {
+  return x->d < y->d || (x->d == y->d && x->idx < y->idx);
+}
+
+/* Reorders d[0..n) so that d[0..k) are its k smallest in cmp_dist_idx order (any order
+ * among them): quickselect, median-of-three pivots. */
+static void select_first(dist_idx *d, int64_t n, int64_t k) {
+  int64_t lo = 0, hi = n - 1;
+  while (k > 0 && k < n && hi > lo) {
+    int64_t mid = lo + (hi - lo) / 2;
+    /* median of three to d[mid] */
+    if (dist_less(&d[mid], &d[lo])) { dist_idx t = d[mid]; d[mid] = d[lo]; d[lo] = t; }
+    if (dist_less(&d[hi], &d[lo])) { dist_idx t = d[hi]; d[hi] = d[lo]; d[lo] = t; }
+    if (dist_less(&d[hi], &d[mid])) { dist_idx t = d[hi]; d[hi] = d[mid]; d[mid] = t; }
+    dist_idx piv = d[mid];
+    int64_t i = lo, j = hi;
+    while (i <= j) { /* Hoare partition: [lo, j] <= piv <= [i, hi] */
+      while (dist_less(&d[i], &piv)) i++;
+      while (dist_less(&piv, &d[j])) j--;
+      if (i <= j) {
+        dist_idx t = d[i];
+        d[i] = d[j], d[j] = t;
+        i++, j--;
+      }
+    }
+    if (k - 1 <= j) hi = j;        /* the k-th smallest lies left */
+    else if (k - 1 >= i) lo = i;   /* ... or right */
+    else return;                   /* between: d[0..k) are the smallest */
+  }
 }
 
 /* The crop_size tokens nearest to ref, sorted ascending into out. */
@@ -157,10 +179,20 @@ static mf_status nearest(const mf_crop_tokens *t, int64_t ref, int64_t crop_size
     double dx = (double)x[0] - r[0], dy = (double)x[1] - r[1], dz = (double)x[2] - r[2];
     d[i].d = sqrt(dx * dx + dy * dy + dz * dz) + MF_CROP_TIE_BREAK * (double)i;
   }
-  qsort(d, (size_t)N, sizeof *d, cmp_dist_idx);
-  for (int64_t i = 0; i < crop_size; i++) out[i] = d[i].idx;
-  qsort(out, (size_t)crop_size, sizeof *out, cmp_i32);
+  /* the crop_size first in (distance, index) order — a strict total order, so selecting
+   * them (quickselect) gives the set a full sort would — then in index order */
+  select_first(d, N, crop_size);
+  uint8_t *in = mf_calloc((size_t)N, "crop nearest");
+  if (!in) {
+    mf_free(d);
+    return MF_ERR_NOMEM;
+  }
+  for (int64_t i = 0; i < crop_size; i++) in[d[i].idx] = 1;
+  int64_t k = 0;
+  for (int64_t i = 0; i < N; i++)
+    if (in[i]) out[k++] = (int32_t)i;
   *n_out = crop_size;
+  mf_free(in);
   mf_free(d);
   return MF_OK;
 }
@@ -352,12 +384,10 @@ mf_status mf_crop_select(const mf_crop_tokens *t, int64_t crop_size, const doubl
 
 /* ------------------------------------------------------------------ random transforms */
 
-void mf_crop_random_rotation(uint64_t seed, uint64_t stream, uint64_t base, float R[9]) {
-  double q[4], n2 = 0;
-  for (int k = 0; k < 4; k++) {
-    q[k] = mf_philox_normal(seed, stream, base + (uint64_t)k);
-    n2 += q[k] * q[k];
-  }
+/* The rotation of the unit quaternion along q (4 normals). */
+static void rotation_of(const double qin[4], float R[9]) {
+  double q[4] = {qin[0], qin[1], qin[2], qin[3]}, n2 = 0;
+  for (int k = 0; k < 4; k++) n2 += q[k] * q[k];
   if (!(n2 > 1e-20)) { /* probability ~0; keep the identity */
     q[0] = 1, q[1] = q[2] = q[3] = 0, n2 = 1;
   }
@@ -369,6 +399,48 @@ void mf_crop_random_rotation(uint64_t seed, uint64_t stream, uint64_t base, floa
   for (int k = 0; k < 9; k++) R[k] = (float)M[k];
 }
 
+void mf_crop_random_rotation(uint64_t seed, uint64_t stream, uint64_t base, float R[9]) {
+  double q[4];
+  for (int k = 0; k < 4; k++) q[k] = mf_philox_normal(seed, stream, base + (uint64_t)k);
+  rotation_of(q, R);
+}
+
+/* Normals base + 0..n-1 (base a multiple of 4), each bit-identical to mf_philox_normal, one
+ * Philox block and one log per lane pair instead of one per number. */
+static void normals4(uint64_t seed, uint64_t stream, uint64_t base, int n, float *out) {
+  for (int b = 0; b < n; b += 4) {
+    uint32_t w[4];
+    mf_philox_block(seed, stream, base + (uint64_t)b, w);
+    for (int pair = 0; pair < 4 && b + pair < n; pair += 2) {
+      double u1 = mf_philox_u01d(w[pair]), u2 = mf_philox_u01d(w[pair + 1]);
+      double r = sqrt(-2.0 * log(u1)), t = 6.283185307179586 * u2;
+      out[b + pair] = (float)(r * cos(t));
+      if (b + pair + 1 < n) out[b + pair + 1] = (float)(r * sin(t));
+    }
+  }
+}
+
+/* The pool of the row draw (position i holds row i + 1 until swapped), sparse: an
+ * open-addressing map (position -> row) of the positions touched so far. */
+typedef struct {
+  int64_t *key;
+  int32_t *val;
+  uint64_t mask;
+} swap_map;
+
+/* The slot of position pos, created holding its initial value pos + 1 when absent. */
+static int32_t *swap_slot(swap_map *m, int64_t pos) {
+  uint64_t h = ((uint64_t)pos * 0x9E3779B97F4A7C15ull) >> 20;
+  for (uint64_t i = h & m->mask;; i = (i + 1) & m->mask) {
+    if (m->key[i] == pos) return &m->val[i];
+    if (m->key[i] < 0) {
+      m->key[i] = pos;
+      m->val[i] = (int32_t)(pos + 1);
+      return &m->val[i];
+    }
+  }
+}
+
 int64_t mf_crop_msa_rows(int64_t S, int64_t max_rows, uint64_t seed, uint64_t stream,
                          int32_t *rows) {
   if (S <= 0 || max_rows <= 0) return 0;
@@ -376,18 +448,34 @@ int64_t mf_crop_msa_rows(int64_t S, int64_t max_rows, uint64_t seed, uint64_t st
   if (k > max_rows) k = max_rows;
   rows[0] = 0;
   if (k == 1) return 1;
-  int32_t *pool = mf_malloc((size_t)(S - 1) * sizeof *pool, "msa rows");
-  if (!pool) return -1;
-  for (int64_t i = 0; i < S - 1; i++) pool[i] = (int32_t)(i + 1);
-  for (int64_t i = 0; i < k - 1; i++) { /* partial Fisher-Yates over rows 1..S-1 */
-    int64_t j = i + rbelow(seed, stream, 1 + (uint64_t)i, S - 1 - i);
-    int32_t tmp = pool[i];
-    pool[i] = pool[j];
-    pool[j] = tmp;
+  /* partial Fisher-Yates over the pool rows 1..S-1 (pool[i] = i + 1 initially), with only
+   * the touched positions stored: O(k) memory and time whatever S */
+  uint64_t cap = 16;
+  while (cap < 4 * (uint64_t)k) cap *= 2;
+  swap_map m = {mf_malloc(cap * sizeof *m.key, "msa rows"),
+                mf_malloc(cap * sizeof *m.val, "msa rows"), cap - 1};
+  if (!m.key || !m.val) {
+    mf_free(m.key), mf_free(m.val);
+    return -1;
   }
-  qsort(pool, (size_t)(k - 1), sizeof *pool, cmp_i32);
-  memcpy(rows + 1, pool, (size_t)(k - 1) * sizeof *pool);
-  mf_free(pool);
+  memset(m.key, 0xff, cap * sizeof *m.key); /* -1: empty */
+  for (int64_t i = 0; i < k - 1; i++) {
+    int64_t j = i + rbelow(seed, stream, 1 + (uint64_t)i, S - 1 - i);
+    int32_t *pi = swap_slot(&m, i), *pj = swap_slot(&m, j); /* <= 2k of 4k slots used */
+    int32_t tmp = *pi;
+    *pi = *pj;
+    *pj = tmp;
+    rows[1 + i] = *pi; /* position i is final from here on */
+  }
+  mf_free(m.key), mf_free(m.val);
+  /* ascending: the drawn rows are distinct values in [1, S), so a bitmap sorts them */
+  uint64_t *bits = mf_calloc(((size_t)S + 63) / 64 * sizeof *bits, "msa rows");
+  if (!bits) return -1;
+  for (int64_t i = 1; i < k; i++) bits[rows[i] >> 6] |= (uint64_t)1 << (rows[i] & 63);
+  int64_t o = 1;
+  for (int64_t wd = 0; wd < (S + 63) / 64; wd++)
+    for (uint64_t b = bits[wd]; b; b &= b - 1) rows[o++] = (int32_t)(wd * 64 + __builtin_ctzll(b));
+  mf_free(bits);
   return k;
 }
 
@@ -518,9 +606,24 @@ static mf_status token_centres(const mf_feature_set *fs, int64_t N, int64_t Na, 
   return MF_OK;
 }
 
-mf_status mf_crop_plan_make(const mf_feature_set *fs, const mf_crop_config *cfg,
-                            uint64_t seed, uint64_t step, mf_crop_plan *p) {
-  memset(p, 0, sizeof *p);
+/* (Re)allocates *p to hold n int32 when its capacity *cap is smaller. */
+static int plan_buf(int32_t **p, int64_t *cap, int64_t n, const char *what) {
+  if (*p && *cap >= n) return 1;
+  mf_free(*p);
+  *p = mf_malloc((size_t)n * sizeof **p, what);
+  *cap = *p ? n : 0;
+  return *p != NULL;
+}
+
+static mf_status plan_make(const mf_feature_set *fs, const mf_crop_config *cfg, uint64_t seed,
+                           uint64_t step, mf_crop_plan *p) {
+  {
+    mf_crop_plan keep = *p; /* the buffers and their capacities survive */
+    memset(p, 0, sizeof *p);
+    p->tok = keep.tok, p->atom = keep.atom, p->msa = keep.msa;
+    p->tok_new = keep.tok_new, p->atom_new = keep.atom_new;
+    memcpy(p->cap, keep.cap, sizeof p->cap);
+  }
   mf_status st = check_config(cfg);
   if (st != MF_OK) return st;
   const mf_feature *asym, *a2t;
@@ -552,12 +655,12 @@ mf_status mf_crop_plan_make(const mf_feature_set *fs, const mf_crop_config *cfg,
   if (st != MF_OK) return st;
   const int64_t ncap = (N < cfg->crop_size ? N : cfg->crop_size);
   const int64_t scap = (S < cfg->max_msa_rows ? S : cfg->max_msa_rows);
-  p->tok = mf_malloc((size_t)(ncap + 1) * sizeof *p->tok, "crop tokens");
-  p->tok_new = mf_malloc((size_t)(N + 1) * sizeof *p->tok_new, "crop token map");
-  p->atom = mf_malloc((size_t)(Na + 1) * sizeof *p->atom, "crop atoms");
-  p->atom_new = mf_malloc((size_t)(Na + 1) * sizeof *p->atom_new, "crop atom map");
-  p->msa = mf_malloc((size_t)(scap + 1) * sizeof *p->msa, "crop msa rows");
-  if (!p->tok || !p->tok_new || !p->atom || !p->atom_new || !p->msa) st = MF_ERR_NOMEM;
+  if (!plan_buf(&p->tok, &p->cap[0], ncap + 1, "crop tokens") ||
+      !plan_buf(&p->tok_new, &p->cap[1], N + 1, "crop token map") ||
+      !plan_buf(&p->atom, &p->cap[2], Na + 1, "crop atoms") ||
+      !plan_buf(&p->atom_new, &p->cap[3], Na + 1, "crop atom map") ||
+      !plan_buf(&p->msa, &p->cap[4], scap + 1, "crop msa rows"))
+    st = MF_ERR_NOMEM;
   if (st == MF_OK) {
     mf_crop_tokens t = {N, asym->data, centre, resolved};
     st = mf_crop_select(&t, cfg->crop_size, cfg->weights, seed,
@@ -584,6 +687,17 @@ mf_status mf_crop_plan_make(const mf_feature_set *fs, const mf_crop_config *cfg,
     return MF_ERR_NOMEM;
   }
   return MF_OK;
+}
+
+mf_status mf_crop_plan_make(const mf_feature_set *fs, const mf_crop_config *cfg,
+                            uint64_t seed, uint64_t step, mf_crop_plan *p) {
+  memset(p, 0, sizeof *p);
+  return plan_make(fs, cfg, seed, step, p);
+}
+
+mf_status mf_crop_plan_remake(const mf_feature_set *fs, const mf_crop_config *cfg,
+                              uint64_t seed, uint64_t step, mf_crop_plan *p) {
+  return plan_make(fs, cfg, seed, step, p);
 }
 
 /* ------------------------------------------------------------------ layout */
@@ -641,6 +755,8 @@ mf_status mf_crop_layout_make(const mf_feature_set *ref, const mf_crop_config *c
         return st;
       }
       snprintf(o->name, sizeof o->name, "%s", name);
+      memcpy(o->roles, roles, sizeof o->roles);
+      o->remap = remap;
       for (int d = 0; d < o->ndim; d++) {
         int64_t pd = d < (int)strlen(roles) ? pad_of(roles[d], lay->N, lay->Na, lay->S) : 0;
         o->shape[d] = pd ? pd : dims[d];
@@ -651,6 +767,7 @@ mf_status mf_crop_layout_make(const mf_feature_set *ref, const mf_crop_config *c
       snprintf(o->name, sizeof o->name, "%s", names[k]);
       o->dtype = MF_F32, o->ndim = 1;
       o->shape[0] = k == 0 ? lay->N : k == 1 ? lay->Na : lay->S;
+      o->pad_mask = k + 1;
     }
     size_t nb = mf_dtype_size(o->dtype);
     for (int d = 0; d < o->ndim; d++) nb *= (size_t)o->shape[d];
@@ -674,6 +791,7 @@ typedef struct {
   mf_crop_remap remap;
   const uint8_t *src;
   uint8_t *dst;
+  const struct crop_runs *runs; /* precomputed runs of the index lists, or NULL */
 } gather_ctx;
 
 static int64_t role_count(const gather_ctx *g, int d) {
@@ -719,6 +837,125 @@ static void gather_rec(const gather_ctx *g, int d, int64_t so, int64_t dof) {
     gather_rec(g, d + 1, so + role_index(g, d, i) * g->sstride[d], dof + i * g->dstride[d]);
 }
 
+/* Fast path for the usual shapes: one or two leading axis roles (T, A or S), then kept dims
+ * forming a contiguous block of B bytes per index. Rows are copied as runs of consecutive
+ * source indices, and the padding of dst (beyond the kept rows / columns) is zeroed here, so
+ * dst needs no zero fill beforehand. */
+typedef struct {
+  int32_t src, dst, len;
+} run;
+
+/* The runs of the plan's token, atom and MSA-row lists, computed once per write. */
+struct crop_runs {
+  const run *r[3];
+  int64_t n[3];
+};
+
+static int64_t count_runs(const int32_t *idx, int64_t n) {
+  int64_t k = n > 0;
+  for (int64_t i = 1; i < n; i++) k += idx[i] != idx[i - 1] + 1;
+  return k;
+}
+
+/* Runs of consecutive values of idx[0..n) into r (capacity n); returns their count. */
+static int64_t make_runs(const int32_t *idx, int64_t n, run *r) {
+  int64_t k = 0;
+  for (int64_t i = 0; i < n;) {
+    int64_t j = i + 1;
+    while (j < n && idx[j] == idx[j - 1] + 1) j++;
+    r[k++] = (run){idx[i], (int32_t)i, (int32_t)(j - i)};
+    i = j;
+  }
+  return k;
+}
+
+/* dst[i] = src[idx[i]] for i < n, blocks of B bytes, by runs (or element-wise when the runs
+ * are short). */
+static void copy_rows(uint8_t *dst, const uint8_t *src, size_t B, const int32_t *idx, int64_t n,
+                      const run *r, int64_t nr) {
+  if (nr * 4 <= n || B > 16) {
+    for (int64_t k = 0; k < nr; k++)
+      memcpy(dst + (size_t)r[k].dst * B, src + (size_t)r[k].src * B, (size_t)r[k].len * B);
+    return;
+  }
+  switch (B) {
+  case 1:
+    for (int64_t i = 0; i < n; i++) dst[i] = src[idx[i]];
+    break;
+  case 4:
+    for (int64_t i = 0; i < n; i++) memcpy(dst + 4 * i, src + 4 * (size_t)idx[i], 4);
+    break;
+  case 12:
+    for (int64_t i = 0; i < n; i++) memcpy(dst + 12 * i, src + 12 * (size_t)idx[i], 12);
+    break;
+  default:
+    for (int64_t i = 0; i < n; i++) memcpy(dst + (size_t)i * B, src + (size_t)idx[i] * B, B);
+  }
+}
+
+static const int32_t *role_list(const mf_crop_plan *p, char r, int64_t *n) {
+  *n = r == 'T' ? p->n_tok : r == 'A' ? p->n_atom : p->n_msa;
+  return r == 'T' ? p->tok : r == 'A' ? p->atom : p->msa;
+}
+
+/* 1 when done (the shape fits the fast path), 0 to fall back to gather_rec; -1 on NOMEM. */
+static int gather_fast(const gather_ctx *g) {
+  const int nr = g->inner_dim;
+  if (nr < 1 || nr > 2) return 0;
+  for (int d = 0; d < nr; d++)
+    if (g->roles[d] != 'T' && g->roles[d] != 'A' && g->roles[d] != 'S') return 0;
+  if (g->remap != MF_REMAP_NONE && (nr != 1 || g->esz != 4)) return 0;
+  size_t B = g->esz; /* bytes of one index's block (the kept dims) */
+  for (int d = nr; d < g->ndim; d++) B *= (size_t)g->sshape[d];
+  int64_t n0, n1 = 0;
+  const int32_t *i0 = role_list(g->p, g->roles[0], &n0), *i1 = NULL;
+  if (nr == 2) i1 = role_list(g->p, g->roles[1], &n1);
+  const int64_t P0 = g->dshape[0], P1 = nr == 2 ? g->dshape[1] : 0;
+  if (nr == 1) {
+    if (g->remap != MF_REMAP_NONE) {
+      const int64_t per = (int64_t)(B / 4);
+      const int32_t *map = g->remap == MF_REMAP_TOKEN ? g->p->tok_new : g->p->atom_new;
+      const int64_t lim = g->remap == MF_REMAP_TOKEN ? g->p->N : g->p->Na;
+      for (int64_t i = 0; i < n0; i++) {
+        const int32_t *sp = (const int32_t *)g->src + (int64_t)i0[i] * per;
+        int32_t *op = (int32_t *)g->dst + i * per;
+        for (int64_t k = 0; k < per; k++) op[k] = sp[k] >= 0 && sp[k] < lim ? map[sp[k]] : -1;
+      }
+    } else if (g->runs) {
+      const int ri0 = g->roles[0] == 'T' ? 0 : g->roles[0] == 'A' ? 1 : 2;
+      copy_rows(g->dst, g->src, B, i0, n0, g->runs->r[ri0], g->runs->n[ri0]);
+    } else {
+      run stack[512], *r = n0 <= 512 ? stack : mf_malloc((size_t)n0 * sizeof *r, "crop runs");
+      if (!r) return -1;
+      int64_t k = make_runs(i0, n0, r);
+      copy_rows(g->dst, g->src, B, i0, n0, r, k);
+      if (r != stack) mf_free(r);
+    }
+    memset(g->dst + (size_t)n0 * B, 0, (size_t)(P0 - n0) * B);
+    return 1;
+  }
+  /* two roles: rows i0, columns i1 */
+  run stack[512], *r = stack;
+  int64_t k;
+  const int ri1 = g->roles[1] == 'T' ? 0 : g->roles[1] == 'A' ? 1 : 2;
+  if (g->runs) {
+    r = (run *)g->runs->r[ri1], k = g->runs->n[ri1];
+  } else {
+    r = n1 <= 512 ? stack : mf_malloc((size_t)n1 * sizeof *r, "crop runs");
+    if (!r) return -1;
+    k = make_runs(i1, n1, r);
+  }
+  const size_t srow = (size_t)g->sshape[1] * B, drow = (size_t)P1 * B;
+  for (int64_t i = 0; i < n0; i++) {
+    uint8_t *o = g->dst + (size_t)i * drow;
+    copy_rows(o, g->src + (size_t)i0[i] * srow, B, i1, n1, r, k);
+    memset(o + (size_t)n1 * B, 0, drow - (size_t)n1 * B);
+  }
+  memset(g->dst + (size_t)n0 * drow, 0, (size_t)(P0 - n0) * drow);
+  if (!g->runs && r != stack) mf_free(r);
+  return 1;
+}
+
 /* ref_pos (cropped rows 0..n_atom-1 of dst, (Na_pad, 3) f32) rotated and translated per
  * ref_space_uid group; atoms with ref_mask 0 keep their values. */
 static mf_status augment_ref_pos(const mf_feature_set *fs, const mf_crop_plan *p, float *pos) {
@@ -730,48 +967,65 @@ static mf_status augment_ref_pos(const mf_feature_set *fs, const mf_crop_plan *p
                         MF_CROP_F_REF_MASK, (long long)p->Na);
   const int64_t n = p->n_atom;
   if (n == 0) return MF_OK;
+  /* per kept atom: its uid and whether ref_mask is set (1 without a mask) */
   key_idx *ord = mf_malloc((size_t)n * sizeof *ord, "augment order");
-  if (!ord) return MF_ERR_NOMEM;
+  uint8_t *on = mf_malloc((size_t)n, "augment mask");
+  if (!ord || !on) {
+    mf_free(ord), mf_free(on);
+    return MF_ERR_NOMEM;
+  }
   const int32_t *u = uid->data;
-  for (int64_t r = 0; r < n; r++) ord[r] = (key_idx){u[p->atom[r]], (int32_t)r};
-  qsort(ord, (size_t)n, sizeof *ord, cmp_key_idx);
+  const uint8_t *m8 = mask && mask->dtype == MF_U8 ? mask->data : NULL;
+  int sorted = 1;
+  for (int64_t r = 0; r < n; r++) {
+    const int32_t a = p->atom[r];
+    ord[r] = (key_idx){u[a], (int32_t)r};
+    on[r] = (uint8_t)(!mask || (m8 ? m8[a] > 0 : fval(mask, a) > 0));
+    if (r && ord[r].key < ord[r - 1].key) sorted = 0;
+  }
+  if (!sorted) qsort(ord, (size_t)n, sizeof *ord, cmp_key_idx); /* usually in order already */
   const uint64_t stream = mf_rng_stream(p->step, MF_RNG_AUGMENT, 0);
   for (int64_t g0 = 0, g1; g0 < n; g0 = g1) {
-    for (g1 = g0 + 1; g1 < n && ord[g1].key == ord[g0].key; g1++) {
-    }
+    int64_t n_on = 0;
+    for (g1 = g0; g1 < n && ord[g1].key == ord[g0].key; g1++) n_on += on[ord[g1].idx];
+    if (n_on == 0 && mask) continue; /* every atom keeps its value: nothing to draw */
     double c[3] = {0, 0, 0}, cnt = 0;
-    for (int pass = 0; pass < 2 && cnt == 0; pass++) /* masked atoms; all when none is */
-      for (int64_t k = g0; k < g1; k++) {
-        int64_t r = ord[k].idx;
-        if (pass == 0 && mask && !(fval(mask, p->atom[r]) > 0)) continue;
-        for (int a = 0; a < 3; a++) c[a] += pos[3 * r + a];
-        cnt++;
-      }
+    for (int64_t k = g0; k < g1; k++) { /* the centre of the masked atoms */
+      const int64_t r = ord[k].idx;
+      if (!on[r]) continue;
+      for (int a = 0; a < 3; a++) c[a] += pos[3 * r + a];
+      cnt++;
+    }
     for (int a = 0; a < 3; a++) c[a] /= cnt;
     const uint64_t base = (uint64_t)(uint32_t)ord[g0].key * 8u;
-    float R[9];
-    mf_crop_random_rotation(p->seed, stream, base, R);
-    double tr[3];
-    for (int a = 0; a < 3; a++) tr[a] = mf_philox_normal(p->seed, stream, base + 4 + (uint64_t)a);
+    float R[9], z[7]; /* indices 8·uid + 0..3 the quaternion, + 4..6 the translation */
+    normals4(p->seed, stream, base, 7, z);
+    rotation_of((const double[4]){z[0], z[1], z[2], z[3]}, R);
+    double tr[3] = {z[4], z[5], z[6]};
     for (int64_t k = g0; k < g1; k++) {
-      int64_t r = ord[k].idx;
-      if (mask && !(fval(mask, p->atom[r]) > 0)) continue;
+      const int64_t r = ord[k].idx;
+      if (!on[r]) continue;
       double x[3] = {pos[3 * r] - c[0], pos[3 * r + 1] - c[1], pos[3 * r + 2] - c[2]};
       for (int a = 0; a < 3; a++)
         pos[3 * r + a] =
             (float)(R[3 * a] * x[0] + R[3 * a + 1] * x[1] + R[3 * a + 2] * x[2] + tr[a]);
     }
   }
-  mf_free(ord);
+  mf_free(ord), mf_free(on);
   return MF_OK;
 }
 
-/* Crops feature src of fs into dst (shape dshape, zero-filled beforehand). */
+/* Crops feature src of fs into dst (shape dshape; every byte written, padding zeroed).
+ * lay_f: the feature's layout entry (its roles and remap precomputed), or NULL to look
+ * them up; runs: precomputed runs, or NULL. */
 static mf_status crop_feature(const mf_feature_set *fs, const mf_crop_plan *p,
-                              const mf_feature *src, const int64_t *dshape, void *dst) {
+                              const mf_feature *src, const int64_t *dshape, void *dst,
+                              const mf_crop_slot_feature *lay_f, const struct crop_runs *runs) {
   char roles[MF_MAX_DIMS + 1];
   gather_ctx g = {0};
-  mf_crop_axes(src->name, roles, &g.remap, NULL, NULL, NULL);
+  if (lay_f) memcpy(roles, lay_f->roles, sizeof roles), g.remap = lay_f->remap;
+  else mf_crop_axes(src->name, roles, &g.remap, NULL, NULL, NULL);
+  g.runs = runs;
   g.p = p, g.roles = roles, g.nroles = (int)strlen(roles), g.ndim = src->ndim;
   g.sshape = src->shape, g.dshape = dshape, g.esz = mf_dtype_size(src->dtype);
   g.src = src->data, g.dst = dst;
@@ -796,7 +1050,17 @@ static mf_status crop_feature(const mf_feature_set *fs, const mf_crop_plan *p,
     g.sstride[d] = ss, g.dstride[d] = ds;
     ss *= src->shape[d], ds *= dshape[d];
   }
-  if (ss > 0) gather_rec(&g, 0, 0, 0);
+  int fast = 0;
+  if (ss > 0) {
+    fast = gather_fast(&g);
+    if (fast < 0) return MF_ERR_NOMEM;
+  }
+  if (!fast) {
+    size_t nb = g.esz;
+    for (int d = 0; d < src->ndim; d++) nb *= (size_t)dshape[d];
+    memset(dst, 0, nb);
+    if (ss > 0) gather_rec(&g, 0, 0, 0);
+  }
   if (p->augment && strcmp(src->name, MF_CROP_F_REF_POS) == 0) {
     if (src->dtype != MF_F32 || src->ndim != 2 || src->shape[1] != 3)
       return mf_error_set(MF_ERR_FORMAT, "entry %s: '%s' is not (Na, 3) f32", fs->id,
@@ -806,33 +1070,67 @@ static mf_status crop_feature(const mf_feature_set *fs, const mf_crop_plan *p,
   return MF_OK;
 }
 
-static void fill_pad_mask(const mf_crop_plan *p, const char *name, float *m) {
+/* Ones for the kept entries, zeros for the rest of the mask's len entries. */
+static void fill_pad_mask(const mf_crop_plan *p, const char *name, float *m, int64_t len) {
   int64_t n = !strcmp(name, MF_CROP_F_TOKEN_PAD)  ? p->n_tok
               : !strcmp(name, MF_CROP_F_ATOM_PAD) ? p->n_atom
                                                    : p->n_msa;
   for (int64_t i = 0; i < n; i++) m[i] = 1.0f;
+  if (len > n) memset(m + n, 0, (size_t)(len - n) * sizeof *m);
 }
+
+static mf_status crop_write_runs(const mf_feature_set *fs, const mf_crop_plan *p,
+                                 const mf_crop_layout *lay, void *buf,
+                                 const struct crop_runs *runs);
 
 mf_status mf_crop_write(const mf_feature_set *fs, const mf_crop_plan *p,
                         const mf_crop_layout *lay, void *buf) {
-  memset(buf, 0, lay->total);
+  /* the runs of the token, atom and row lists, once for every feature */
+  const int32_t *lists[3] = {p->tok, p->atom, p->msa};
+  const int64_t lens[3] = {p->n_tok, p->n_atom, p->n_msa};
+  int64_t cnt[3], tot = 0;
+  for (int k = 0; k < 3; k++) tot += cnt[k] = count_runs(lists[k], lens[k]);
+  run stack[1024], *rs = tot <= 1024 ? stack : mf_malloc((size_t)tot * sizeof *rs, "crop runs");
+  if (!rs) return MF_ERR_NOMEM;
+  struct crop_runs runs;
+  for (int k = 0, at = 0; k < 3; k++) {
+    runs.r[k] = rs + at;
+    runs.n[k] = make_runs(lists[k], lens[k], rs + at);
+    at += (int)cnt[k];
+  }
+  mf_status st = crop_write_runs(fs, p, lay, buf, &runs);
+  if (rs != stack) mf_free(rs);
+  return st;
+}
+
+static mf_status crop_write_runs(const mf_feature_set *fs, const mf_crop_plan *p,
+                                 const mf_crop_layout *lay, void *buf,
+                                 const struct crop_runs *runs) {
+  /* every byte is written: each feature writes its padding, the gaps between are zeroed */
+  size_t end = 0;
   for (int i = 0; i < lay->n; i++) {
     const mf_crop_slot_feature *o = &lay->f[i];
     uint8_t *dst = (uint8_t *)buf + o->offset;
-    if (is_pad_mask(o->name)) {
-      fill_pad_mask(p, o->name, (float *)dst);
+    if (o->offset > end) memset((uint8_t *)buf + end, 0, o->offset - end);
+    end = o->offset + o->nbytes;
+    if (o->pad_mask) {
+      fill_pad_mask(p, o->name, (float *)dst, o->shape[0]);
       continue;
     }
-    const mf_feature *src = mf_features_get(fs, o->name);
+    /* entries usually hold the layout's features in its order */
+    const mf_feature *src = i < fs->n && !strcmp(fs->f[i].name, o->name)
+                                ? &fs->f[i]
+                                : mf_features_get(fs, o->name);
     if (!src)
       return mf_error_set(MF_ERR_FORMAT, "entry %s: feature '%s' missing", fs->id, o->name);
     if (src->dtype != o->dtype || src->ndim != o->ndim)
       return mf_error_set(MF_ERR_FORMAT, "entry %s: feature '%s' is %s rank %d, the batch has "
                           "%s rank %d", fs->id, o->name, mf_dtype_name(src->dtype), src->ndim,
                           mf_dtype_name(o->dtype), o->ndim);
-    mf_status st = crop_feature(fs, p, src, o->shape, dst);
+    mf_status st = crop_feature(fs, p, src, o->shape, dst, o, runs);
     if (st != MF_OK) return st;
   }
+  if (lay->total > end) memset((uint8_t *)buf + end, 0, lay->total - end);
   return MF_OK;
 }
 
@@ -850,7 +1148,7 @@ mf_status mf_crop_apply(const mf_feature_set *fs, const mf_crop_plan *p,
       if (is_pad_mask(o->name)) {
         float *m = mf_features_add(out, o->name, MF_F32, 1, shape, NULL);
         if (!m) st = MF_ERR_NOMEM;
-        else fill_pad_mask(p, o->name, m);
+        else fill_pad_mask(p, o->name, m, shape[0]);
         continue;
       }
       src = mf_features_get(fs, o->name);
@@ -877,7 +1175,7 @@ mf_status mf_crop_apply(const mf_feature_set *fs, const mf_crop_plan *p,
       st = MF_ERR_NOMEM; /* names, dtypes and shapes come from a valid set */
       break;
     }
-    st = crop_feature(fs, p, src, shape, dst);
+    st = crop_feature(fs, p, src, shape, dst, lay ? &lay->f[i] : NULL, NULL);
   }
   if (st != MF_OK) mf_features_free(out);
   return st;

@@ -150,6 +150,7 @@ typedef struct {
   mf_crop_info info;
   uint64_t seed, step;
   int augment;
+  int64_t cap[5];        /* capacities of tok, tok_new, atom, atom_new, msa (for remake) */
 } mf_crop_plan;
 
 /* Draws the plan of step `step` for entry `fs` (needs asym_id, atom_to_token, and for the
@@ -159,6 +160,11 @@ typedef struct {
 mf_status mf_crop_plan_make(const mf_feature_set *fs, const mf_crop_config *cfg,
                             uint64_t seed, uint64_t step, mf_crop_plan *plan);
 void mf_crop_plan_free(mf_crop_plan *plan);
+/* As mf_crop_plan_make, reusing the buffers of *plan (a plan made before, or zeroed) when
+ * they are large enough: a loader worker keeps one plan for all its steps. The same plan
+ * bytes as mf_crop_plan_make. Free with mf_crop_plan_free. */
+mf_status mf_crop_plan_remake(const mf_feature_set *fs, const mf_crop_config *cfg,
+                              uint64_t seed, uint64_t step, mf_crop_plan *plan);
 
 /* A static layout: every feature of the batch with its padded shape and byte offset in
  * one flat buffer (offsets MF_ALIGN-aligned), so a slot can be copied to the GPU at once. */
@@ -168,6 +174,9 @@ typedef struct {
   int ndim;
   int64_t shape[MF_MAX_DIMS];
   size_t offset, nbytes;
+  char roles[MF_MAX_DIMS + 1]; /* mf_crop_axes of the name ("" for the pad masks) */
+  mf_crop_remap remap;
+  int pad_mask; /* 1, 2, 3: the token, atom, MSA pad mask; 0 for a feature */
 } mf_crop_slot_feature;
 typedef struct {
   int n;

@@ -1,5 +1,6 @@
 /* loader.c — worker threads, the ring of slots, the per-epoch shuffle, bad-record skipping,
- * and the source over the LMDB cache. See loader.h for the determinism contract.
+ * the work of one step (partial decode with per-worker buffers, plan, write) and the source
+ * over the LMDB cache. See loader.h for the determinism contract.
  * Not here: cropping (crop.c), the GPU copy (ops/cuda/staging.cu). */
 #define _POSIX_C_SOURCE 200809L
 #include "data/loader.h"
@@ -68,6 +69,7 @@ struct mf_loader {
   int stop;
   uint64_t next_claim, next_take;
   uint8_t *bad; /* (n) entries found bad; under mu */
+  mf_loader_ws **ws; /* (W) per worker: reader and plan buffers */
   mf_loader_stats stats;
 };
 
@@ -86,6 +88,91 @@ static const char *entry_name(const mf_loader *L, int64_t k, char *buf, size_t n
   return buf;
 }
 
+/* ------------------------------------------------------------------ one example */
+
+struct mf_loader_ws {
+  mf_features_reader *rd;
+  mf_crop_plan plan;
+};
+
+mf_status mf_loader_ws_create(mf_loader_ws **out) {
+  *out = NULL;
+  mf_loader_ws *ws = mf_calloc(sizeof *ws, "loader workspace");
+  if (!ws) return MF_ERR_NOMEM;
+  mf_status st = mf_features_reader_create(&ws->rd);
+  if (st != MF_OK) {
+    mf_free(ws);
+    return st;
+  }
+  *out = ws;
+  return MF_OK;
+}
+
+void mf_loader_ws_free(mf_loader_ws *ws) {
+  if (!ws) return;
+  mf_features_reader_free(ws->rd);
+  mf_crop_plan_free(&ws->plan);
+  mf_free(ws);
+}
+
+/* The features the crop plan reads whole (crop.h), when the entry has them. */
+static int plan_reads(const char *name) {
+  return !strcmp(name, MF_CROP_F_ASYM) || !strcmp(name, MF_CROP_F_ATOM_TOKEN) ||
+         !strcmp(name, MF_CROP_F_CENTRE) || !strcmp(name, MF_CROP_F_POS) ||
+         !strcmp(name, MF_CROP_F_RESOLVED);
+}
+
+/* Loads the rows of blocked feature i that the plan keeps along its first axis (every row
+ * for a feature without a crop axis there), when the write reads it: a feature of the
+ * layout, or one the ref_pos augmentation reads. */
+static mf_status load_kept(mf_features_reader *rd, const mf_feature_set *fs,
+                           const mf_crop_plan *p, const mf_crop_layout *lay, int i) {
+  const mf_feature *f = &fs->f[i];
+  if (!mf_crop_layout_find(lay, f->name) && strcmp(f->name, MF_CROP_F_REF_UID) &&
+      strcmp(f->name, MF_CROP_F_REF_MASK))
+    return MF_OK;
+  char roles[MF_MAX_DIMS + 1];
+  mf_crop_axes(f->name, roles, NULL, NULL, NULL, NULL);
+  const int32_t *rows = NULL;
+  int64_t n = 0;
+  if (roles[0] == 'T' && f->shape[0] == p->N) rows = p->tok, n = p->n_tok;
+  else if (roles[0] == 'A' && f->shape[0] == p->Na) rows = p->atom, n = p->n_atom;
+  else if (roles[0] == 'S' && f->shape[0] == p->S) rows = p->msa, n = p->n_msa;
+  return mf_features_reader_load_at(rd, i, rows, rows ? n : 0);
+}
+
+mf_status mf_loader_build_example(mf_loader_ws *ws, const uint8_t *rec, size_t len,
+                                  const char *where, const mf_crop_config *cfg,
+                                  const mf_crop_layout *lay, uint64_t seed, uint64_t step,
+                                  void *buf, mf_loader_example *ex, mf_loader_times *tm) {
+  double t0 = tm ? mf_time_now() : 0, t1 = 0, t2 = 0, t3 = 0;
+  mf_feature_set fs;
+  mf_status st = mf_features_reader_open(ws->rd, rec, len, where, &fs);
+  for (int i = 0; st == MF_OK && i < fs.n; i++) /* plain features are there already */
+    if (mf_features_reader_blocked(ws->rd, i) && plan_reads(fs.f[i].name))
+      st = mf_features_reader_load_at(ws->rd, i, NULL, 0);
+  if (tm) t1 = mf_time_now();
+  if (st == MF_OK) st = mf_crop_plan_remake(&fs, cfg, seed, step, &ws->plan);
+  if (tm) t2 = mf_time_now();
+  /* the kept rows of what the write reads: the layout's features, and the augmentation's */
+  for (int i = 0; st == MF_OK && i < fs.n; i++)
+    if (mf_features_reader_blocked(ws->rd, i) && !plan_reads(fs.f[i].name))
+      st = load_kept(ws->rd, &fs, &ws->plan, lay, i);
+  if (tm) t3 = mf_time_now();
+  if (st == MF_OK) st = mf_crop_write(&fs, &ws->plan, lay, buf);
+  if (st == MF_OK && ex) {
+    ex->crop = ws->plan.info;
+    ex->n_tok = ws->plan.n_tok, ex->n_atom = ws->plan.n_atom, ex->n_msa = ws->plan.n_msa;
+    snprintf(ex->id, sizeof ex->id, "%s", fs.id);
+  }
+  mf_features_free(&fs); /* a view: only zeroed */
+  if (tm) {
+    double t4 = mf_time_now();
+    tm->decode = (t1 - t0) + (t3 - t2), tm->plan = t2 - t1, tm->write = t4 - t3;
+  }
+  return st;
+}
+
 /* Reads, decodes, crops entry k for step t into buf. */
 static mf_status build(mf_loader *L, int w, int64_t k, uint64_t t, void *buf,
                        mf_loader_example *ex) {
@@ -94,21 +181,10 @@ static mf_status build(mf_loader *L, int w, int64_t k, uint64_t t, void *buf,
   char where[96], nb[32];
   snprintf(where, sizeof where, "%s", entry_name(L, k, nb, sizeof nb));
   mf_status st = L->src.get(L->src.ctx, w, k, &rec, &len);
-  mf_feature_set fs;
-  mf_features_init(&fs, NULL);
-  if (st == MF_OK) st = mf_features_decode(rec, len, where, &fs);
+  if (st == MF_OK)
+    st = mf_loader_build_example(L->ws[w], rec, len, where, &L->cfg.crop, &L->lay, L->cfg.seed,
+                                 t, buf, ex, NULL);
   if (L->src.release) L->src.release(L->src.ctx, w);
-  if (st != MF_OK) return st;
-  mf_crop_plan plan;
-  st = mf_crop_plan_make(&fs, &L->cfg.crop, L->cfg.seed, t, &plan);
-  if (st == MF_OK) {
-    st = mf_crop_write(&fs, &plan, &L->lay, buf);
-    ex->crop = plan.info;
-    ex->n_tok = plan.n_tok, ex->n_atom = plan.n_atom, ex->n_msa = plan.n_msa;
-    snprintf(ex->id, sizeof ex->id, "%s", fs.id);
-    mf_crop_plan_free(&plan);
-  }
-  mf_features_free(&fs);
   return st;
 }
 
@@ -208,6 +284,8 @@ void mf_loader_destroy(mf_loader *L) {
   pthread_cond_destroy(&L->cv_ready);
   pthread_mutex_destroy(&L->mu);
   mf_crop_layout_free(&L->lay);
+  for (int i = 0; L->ws && i < L->W; i++) mf_loader_ws_free(L->ws[i]);
+  mf_free(L->ws);
   mf_free(L->slots), mf_free(L->threads), mf_free(L->args), mf_free(L->bad);
   mf_free(L);
 }
@@ -237,9 +315,17 @@ mf_status mf_loader_create(const mf_loader_config *cfg, const mf_loader_source *
   L->threads = mf_calloc((size_t)L->W * sizeof *L->threads, "loader threads");
   L->args = mf_calloc((size_t)L->W * sizeof *L->args, "loader thread args");
   L->bad = mf_calloc((size_t)src->n, "loader bad entries");
-  if (!L->slots || !L->threads || !L->args || !L->bad) {
+  L->ws = mf_calloc((size_t)L->W * sizeof *L->ws, "loader workspaces");
+  if (!L->slots || !L->threads || !L->args || !L->bad || !L->ws) {
     mf_loader_destroy(L);
     return MF_ERR_NOMEM;
+  }
+  for (int i = 0; i < L->W; i++) {
+    st = mf_loader_ws_create(&L->ws[i]);
+    if (st != MF_OK) {
+      mf_loader_destroy(L);
+      return st;
+    }
   }
   for (int i = 0; i < L->K; i++) {
     void *b = cfg->host.alloc ? cfg->host.alloc(cfg->host.ctx, L->lay.total)

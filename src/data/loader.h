@@ -6,8 +6,10 @@
  * records: epoch e = t / n and position p = t % n pick entry perm_e(p) of a deterministic
  * shuffle of the n entries (a keyed Feistel permutation, stream mf_rng_stream(e,
  * MF_RNG_CROP, 4095)); the worker reads the record (zero-copy, through the source),
- * decodes it (checksums verified), crops, subsamples MSA rows, augments ref_pos (crop.h,
- * streams of step t) and writes the example into the slot t % K. A record that fails to
+ * verifies it whole and decompresses what the crop reads (mf_loader_build_example),
+ * crops, subsamples MSA rows, augments ref_pos (crop.h, streams of step t) and writes
+ * the example into the slot t % K. Since the whole record is verified first, a corrupt
+ * record is bad whichever rows a step keeps. A record that fails to
  * decode or does not fit the layout is reported once (MF_WARN, with its name and the
  * reason) and skipped: the step takes the entry at position p + 1, p + 2, ... of the same
  * epoch's shuffle, so the same entries are skipped in every run, with any number of
@@ -111,6 +113,25 @@ const mf_crop_layout *mf_loader_layout(const mf_loader *L);
 mf_loader_stats mf_loader_get_stats(mf_loader *L);
 /* 1 if entry k was found bad so far. */
 int mf_loader_entry_bad(mf_loader *L, int64_t k);
+
+/* The work of one step, also usable without a loader (benchmarks, tools). A workspace holds
+ * what a worker reuses from step to step: a feature reader (features.h: the record is
+ * verified whole, then only the rows the crop keeps of the large blocked tensors are
+ * decompressed) and the crop plan's buffers. One per thread. */
+typedef struct mf_loader_ws mf_loader_ws;
+mf_status mf_loader_ws_create(mf_loader_ws **out);
+void mf_loader_ws_free(mf_loader_ws *ws); /* NULL is fine */
+typedef struct {
+  double decode, plan, write; /* seconds: open + row loads, crop plan, crop write */
+} mf_loader_times;
+/* Record rec (valid during the call) → the example of (seed, step) in buf (lay->total
+ * bytes), exactly the bytes of mf_features_decode + mf_crop_plan_make + mf_crop_write.
+ * ex (crop info, sizes, id; may be NULL) and tm (may be NULL) are filled on success.
+ * Errors as those functions, naming `where`. */
+mf_status mf_loader_build_example(mf_loader_ws *ws, const uint8_t *rec, size_t len,
+                                  const char *where, const mf_crop_config *cfg,
+                                  const mf_crop_layout *lay, uint64_t seed, uint64_t step,
+                                  void *buf, mf_loader_example *ex, mf_loader_times *tm);
 
 /* Entry at position pos (0 <= pos < n) of epoch `epoch`'s shuffle: a bijection of [0, n)
  * for each (seed, epoch). */
