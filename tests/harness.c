@@ -1,5 +1,10 @@
 /* harness.c — see harness.h. */
+#define _POSIX_C_SOURCE 200809L /* lstat */
 #include "harness.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <math.h>
 #include <setjmp.h>
@@ -170,6 +175,25 @@ int mf_test_gradcheck_at(const char *file, int line, const char *what, mf_test_l
   return mf_test_check(e <= tol, file, line,
                        "gradcheck %s: relerr %.3g (tol %.1g, %lld of %lld checked, worst |d| %.3g at %lld)",
                        what, e, tol, (long long)m, (long long)n, worst, (long long)worst_i);
+}
+
+void mf_test_rm_rf(const char *path) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0) return;
+  if (S_ISDIR(sb.st_mode)) {
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      char sub[1024];
+      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+      mf_test_rm_rf(sub);
+    }
+    if (d) closedir(d);
+    rmdir(path);
+  } else {
+    unlink(path);
+  }
 }
 
 static jmp_buf g_jmp;

@@ -57,6 +57,9 @@ void mf_test_ref_matvec(double *out, const double *W, const double *x, int n_out
 /* Dot product: the scalar loss Σ out·w used to turn an output into a loss. */
 double mf_test_dot(const double *a, const double *b, int64_t n);
 
+/* Removes a file or a directory tree (tests' temporary directories); ignores errors. */
+void mf_test_rm_rf(const char *path);
+
 /* Runs fn(ctx) with a fatal handler that jumps back; returns 1 if fn hit the fatal path
  * and the message contains `expect` (any message when expect is NULL). */
 int mf_test_expect_fatal(void (*fn)(void *), void *ctx, const char *expect);

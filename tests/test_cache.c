@@ -21,25 +21,6 @@
 
 static char g_tmp[64];
 
-static void rm_rf(const char *path) {
-  struct stat sb;
-  if (lstat(path, &sb) != 0) return;
-  if (S_ISDIR(sb.st_mode)) {
-    DIR *d = opendir(path);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char sub[512];
-      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-      rm_rf(sub);
-    }
-    if (d) closedir(d);
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
-
 static void sub(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", g_tmp, name); }
 
 /* A record of entry `id`: one u8 tensor of `bytes` pseudo-random (incompressible) bytes. */
@@ -549,6 +530,6 @@ int main(void) {
   /* last: mf_malloc's counters are not atomic, so threads allocating at once can make them
    * drift (LeakSanitizer still checks this part) */
   test_concurrent();
-  rm_rf(g_tmp);
+  mf_test_rm_rf(g_tmp);
   return mf_test_end();
 }

@@ -26,25 +26,6 @@
 static const char *ENTRIES[4] = {"1crn", "209d-assembly1", "5i55", "4zkk"};
 static char g_tmp[64], g_in[128];
 
-static void rm_rf(const char *path) {
-  struct stat sb;
-  if (lstat(path, &sb) != 0) return;
-  if (S_ISDIR(sb.st_mode)) {
-    DIR *d = opendir(path);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char sub[512];
-      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-      rm_rf(sub);
-    }
-    if (d) closedir(d);
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
-
 static uint8_t *read_all(const char *path, size_t *n) {
   FILE *f = fopen(path, "rb");
   MF_ASSERT(f != NULL, "cannot read %s", path);
@@ -354,6 +335,6 @@ int main(void) {
 
   snap_free(&a);
   fclose(rep);
-  rm_rf(g_tmp);
+  mf_test_rm_rf(g_tmp);
   return mf_test_end();
 }

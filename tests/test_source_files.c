@@ -30,25 +30,6 @@
 static const char *ENTRIES[] = {"1crn", "1ay7", "1bna", "4zkk", "1cbs", "5i55", "102m"};
 #define N_ENTRIES ((int)(sizeof ENTRIES / sizeof ENTRIES[0]))
 
-static void rm_rf(const char *path) {
-  struct stat sb;
-  if (lstat(path, &sb) != 0) return;
-  if (S_ISDIR(sb.st_mode)) {
-    DIR *d = opendir(path);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char sub[512];
-      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-      rm_rf(sub);
-    }
-    if (d) closedir(d);
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
-
 static void crop_cfg(mf_loader_config *cfg, int workers, uint64_t seed) {
   mf_loader_config_default(cfg);
   cfg->workers = workers;
@@ -264,6 +245,6 @@ int main(void) {
   MF_TEST(st == MF_ERR_CONFIG, "0 workers: %s", mf_error_message());
   mf_source_files_free(NULL);
 
-  rm_rf(tmp);
+  mf_test_rm_rf(tmp);
   return mf_test_end();
 }
