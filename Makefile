@@ -11,12 +11,11 @@
 #
 # Sources are found by pattern, so a new src/**/*.c or tests/test_*.c needs no edit here.
 
-CC       ?= gcc
 NVCC     ?= nvcc
 BUILD    ?= build
-OPT      ?= -O2
+CFLAGS   ?= -O2 -g   # yours to override; the flags the build needs are in ALL_CFLAGS
 WARN     := -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes
-CFLAGS   := -std=c11 $(OPT) -g $(WARN) -Iinclude -Isrc -MMD -MP -pthread
+ALL_CFLAGS = -std=c11 $(WARN) -Iinclude -Isrc -MMD -MP -pthread $(BLAS_DEF) $(CFLAGS)
 LDLIBS   := -llmdb -lzstd -lz -ljansson -lm -pthread
 SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
@@ -34,7 +33,7 @@ HAVE_NCCL := $(if $(HAVE_CUDA),$(shell test -f $(CUDA_HOME)/include/nccl.h -o -f
 HAVE_MPI  := $(shell command -v mpicc >/dev/null 2>&1 && echo 1)
 
 ifeq ($(HAVE_BLAS),1)
-CFLAGS += -DMF_HAVE_BLAS
+BLAS_DEF := -DMF_HAVE_BLAS
 LDLIBS += -lopenblas
 endif
 ifeq ($(HAVE_MPI),1)
@@ -58,6 +57,7 @@ TEST_F64 := $(filter-out %_f32.c,$(TEST_C))
 HARNESS  := tests/harness.c
 LAB_CU   := $(sort $(wildcard dev/cuda/*.cu))
 GPU_TEST_CU := $(sort $(wildcard tests/gpu/*.cu))
+CLI_TESTS := $(sort $(wildcard tests/cli/test_*.sh))
 # GPU tests of the data layer (staging) link it whole, with LMDB/zstd/jansson.
 GPU_DATA_TEST_CU := tests/gpu/test_staging_gpu.cu
 
@@ -96,16 +96,16 @@ asan: $(ASAN_TESTS)
 # ---------------------------------------------------------------- rules
 $(BUILD)/f32/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
 $(BUILD)/f64/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -DMF_REAL_DOUBLE -c $< -o $@
+	$(CC) $(ALL_CFLAGS) -DMF_REAL_DOUBLE -c $< -o $@
 $(BUILD)/asan/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -DMF_REAL_DOUBLE $(SAN) -O1 -c $< -o $@
+	$(CC) $(ALL_CFLAGS) -DMF_REAL_DOUBLE $(SAN) -O1 -c $< -o $@
 $(BUILD)/asan32/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SAN) -O1 -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(SAN) -O1 -c $< -o $@
 $(BUILD)/cuda/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
@@ -124,21 +124,21 @@ $(LIB_ORACLE): $(ORACLE_C:%.c=$(BUILD)/f64/%.o)
 	@rm -f $@; ar rcs $@ $^
 
 $(CLI): $(CLI_C:%.c=$(BUILD)/f32/%.o) $(LIB_F32)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
 
 # Tests link the double build (gradient checks); tests/test_*_f32.c the float one.
 $(BUILD)/tests/%: $(BUILD)/f64/tests/%.o $(BUILD)/f64/tests/harness.o $(LIB_F64)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
 $(TEST_F32:tests/%.c=$(BUILD)/tests/%): $(BUILD)/tests/%: $(BUILD)/f32/tests/%.o $(BUILD)/f32/tests/harness.o $(LIB_F32)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
 $(BUILD)/asan/tests/%: $(BUILD)/asan/tests/%.o $(BUILD)/asan/tests/harness.o $(LIB_ASAN)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SAN) $^ -o $@ $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(SAN) $^ -o $@ $(LDLIBS)
 $(TEST_F32:tests/%.c=$(BUILD)/asan/tests/%): $(BUILD)/asan/tests/%: $(BUILD)/asan32/tests/%.o $(BUILD)/asan32/tests/harness.o $(LIB_ASAN32)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SAN) $^ -o $@ $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(SAN) $^ -o $@ $(LDLIBS)
 
 # Kernel lab and GPU tests: CUDA sources linked with the double CPU reference (the oracle).
 $(BUILD)/dev/%: dev/cuda/%.cu $(LIB_CUDA) $(LIB_ORACLE)
@@ -154,8 +154,8 @@ $(GPU_DATA_TEST_CU:tests/gpu/%.cu=$(BUILD)/tests/gpu/%): $(BUILD)/tests/gpu/%: t
 # ---------------------------------------------------------------- running
 test: all asan
 	@$(MAKE) --no-print-directory test-cpu-all
-test-cpu-all:
-	@scripts/run_tests.sh $(TESTS) $(ASAN_TESTS)
+test-cpu-all: $(CLI)
+	@MF_BUILD=$(BUILD) scripts/run_tests.sh $(TESTS) $(ASAN_TESTS) $(CLI_TESTS)
 test-cpu: $(TESTS)
 	@scripts/run_tests.sh $(TESTS)
 test-asan: $(ASAN_TESTS)

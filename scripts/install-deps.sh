@@ -18,7 +18,10 @@ for p in "${pkgs[@]}"; do
 done
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 sudo=""
-[[ $(id -u) -eq 0 ]] || sudo="sudo"
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps: missing ${missing[*]}; run as root or install sudo" >&2; exit 1; }
+  sudo="sudo"
+fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_tests.sh — runs test binaries, one at a time, and adds up their results.
 # Each binary ends with a line "<name>: N passed, M failed" (tests/harness.c); a binary
-# that crashes, times out or prints no such line counts as one failure.
+# that crashes, times out, prints no such line, or checks nothing without saying it
+# skipped, counts as one failure.
 # Ends with the line "N passed, M failed"; exits non-zero on any failure.
 set -u
 timeout_s=${MF_TEST_TIMEOUT:-900}
@@ -23,6 +24,11 @@ for t in "$@"; do
   p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed/\1/')
   f=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed/\2/')
   if [[ $rc -ne 0 && $f -eq 0 ]]; then f=1; fi
+  # a binary that checked nothing passes only if it says why (e.g. shared data absent)
+  if [[ $p -eq 0 && $f -eq 0 ]] && ! grep -qi 'skip' <<<"$out"; then
+    echo "FAIL $t: ran no check and gave no reason"
+    f=1
+  fi
   passed=$((passed + p)); failed=$((failed + f))
   if [[ $f -ne 0 ]]; then
     printf '%s\n' "$out" | grep -E 'FAIL|ERROR|error|Sanitizer' | head -n 40

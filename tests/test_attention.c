@@ -476,6 +476,19 @@ static void fatal_dgate(void *ctx) {
                         (mf_attn_dims){1, 1, 1, 1, 1, 1, 1.0});
 }
 
+/* A NaN input must show up as NaN in the output, not be hidden as an "empty" row. */
+static void test_nan_propagates(void) {
+  mf_attn_dims d = {1, 1, 1, 2, 3, 2, 1.0 / sqrt(2.0)};
+  double q[4], k[6], v[6], out[4], lse[2];
+  mf_test_randn(q, 4, 901, 1.0);
+  mf_test_randn(k, 6, 902, 1.0);
+  mf_test_randn(v, 6, 903, 1.0);
+  q[0] = NAN; /* row 0: every logit is NaN; row 1 is finite */
+  mf_attention_forward(out, lse, q, k, v, NULL, NULL, NULL, d);
+  MF_TEST(isnan(out[0]) && isnan(out[1]) && isnan(lse[0]), "NaN logits give a NaN row");
+  MF_TEST(isfinite(out[2]) && isfinite(out[3]) && isfinite(lse[1]), "other rows stay finite");
+}
+
 int main(void) {
   mf_test_begin("test_attention");
   double t0 = mf_time_now();
@@ -498,6 +511,7 @@ int main(void) {
   test_all_masked();
   test_large_logits();
   test_inf_bias();
+  test_nan_propagates();
   MF_TEST(mf_test_expect_fatal(fatal_dims, NULL, "attention dims"), "D = 0 is fatal: %s",
           mf_test_last_fatal());
   MF_TEST(mf_test_expect_fatal(fatal_dgate, NULL, "dgate without a gate"),

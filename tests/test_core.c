@@ -127,6 +127,11 @@ static void test_alloc(void) {
   mf_free(ok);
   mf_free(again);
 
+  int64_t live = mf_mem_stats(MF_HOST).count;
+  mf_free(mf_malloc(0, "empty"));
+  MF_TEST(mf_mem_stats(MF_HOST).count == live, "zero-byte allocations keep the live count");
+  MF_TEST(mf_malloc((size_t)-100, "wrapped") == NULL && strstr(mf_error_message(), "impossible size"),
+          "a size that would wrap when aligned is refused: %s", mf_error_message());
   MF_TEST(mf_dmalloc(16, "dev") == NULL && strstr(mf_error_message(), "no GPU backend"),
           "device allocation without a backend is an error: %s", mf_error_message());
 
@@ -138,6 +143,8 @@ static void test_alloc(void) {
   MF_TEST(x && y && (char *)y - (char *)x == 256, "arena slices are aligned and packed");
   MF_TEST(mf_arena_alloc(&ar, 300, "z") == NULL && strstr(mf_error_message(), "arena 'act' full"),
           "full arena refuses: %s", mf_error_message());
+  MF_TEST(mf_arena_alloc(&ar, (size_t)-10, "wrapped") == NULL && ar.used == mark + 768,
+          "arena refuses a size that would wrap");
   mf_arena_reset(&ar, mark);
   MF_TEST(mf_arena_alloc(&ar, 700, "y2") == y && ar.peak == 1024, "reset reuses, peak kept");
   mf_alloc_fail_after(0);

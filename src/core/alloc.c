@@ -43,16 +43,24 @@ static int inject(void) {
   return 0;
 }
 
-static void account(mf_device dev, int64_t delta) {
+/* bytes (+ on allocation, − on free) and live count (+1 / −1) */
+static void account(mf_device dev, int64_t delta, int64_t live) {
   stats_atomic *s = &g_stats[dev];
   int64_t cur = atomic_fetch_add(&s->current, delta) + delta;
-  atomic_fetch_add(&s->count, delta > 0 ? 1 : -1);
+  atomic_fetch_add(&s->count, live);
   int64_t pk = atomic_load(&s->peak);
   while (cur > pk && !atomic_compare_exchange_weak(&s->peak, &pk, cur)) {
   }
 }
 
+/* Sizes this close to SIZE_MAX would wrap when aligned (a negative int64 cast to size_t). */
+#define MF_ALLOC_MAX (SIZE_MAX - 2 * (size_t)MF_ALIGN)
+
 void *mf_malloc(size_t bytes, const char *what) {
+  if (bytes > MF_ALLOC_MAX) {
+    mf_error_set(MF_ERR_NOMEM, "allocation of %zu bytes for %s: impossible size", bytes, what);
+    return NULL;
+  }
   if (inject()) {
     mf_error_set(MF_ERR_NOMEM, "allocation of %zu bytes for %s failed (injected)", bytes, what);
     return NULL;
@@ -66,7 +74,7 @@ void *mf_malloc(size_t bytes, const char *what) {
   host_hdr *h = (host_hdr *)(raw + MF_ALIGN - sizeof(host_hdr));
   h->magic = HDR_MAGIC;
   h->bytes = bytes;
-  account(MF_HOST, (int64_t)bytes);
+  account(MF_HOST, (int64_t)bytes, 1);
   return raw + MF_ALIGN;
 }
 
@@ -94,13 +102,18 @@ void mf_free(void *p) {
   host_hdr *h = (host_hdr *)(user - sizeof(host_hdr));
   MF_ASSERT(h->magic == HDR_MAGIC, "mf_free of a pointer not from mf_malloc (or freed twice)");
   h->magic = 0;
-  account(MF_HOST, -(int64_t)h->bytes);
+  account(MF_HOST, -(int64_t)h->bytes, -1);
   free(user - MF_ALIGN);
 }
 
 void mf_alloc_set_device(const mf_device_allocator *a) { g_device = a; }
 
 void *mf_dmalloc(size_t bytes, const char *what) {
+  if (bytes > MF_ALLOC_MAX) {
+    mf_error_set(MF_ERR_NOMEM, "device allocation of %zu bytes for %s: impossible size", bytes,
+                 what);
+    return NULL;
+  }
   if (inject()) {
     mf_error_set(MF_ERR_NOMEM, "device allocation of %zu bytes for %s failed (injected)", bytes,
                  what);
@@ -118,7 +131,7 @@ void *mf_dmalloc(size_t bytes, const char *what) {
                  err);
     return NULL;
   }
-  account(MF_DEVICE, (int64_t)bytes);
+  account(MF_DEVICE, (int64_t)bytes, 1);
   return p;
 }
 
@@ -126,7 +139,7 @@ void mf_dfree(void *p, size_t bytes) {
   if (!p) return;
   MF_ASSERT(g_device != NULL, "mf_dfree without a device backend");
   g_device->free(p);
-  account(MF_DEVICE, -(int64_t)bytes);
+  account(MF_DEVICE, -(int64_t)bytes, -1);
 }
 
 mf_mem_stats_t mf_mem_stats(mf_device dev) {
@@ -153,7 +166,7 @@ mf_status mf_arena_init(mf_arena *a, mf_device dev, size_t capacity, const char 
 }
 
 void *mf_arena_alloc(mf_arena *a, size_t bytes, const char *what) {
-  size_t need = mf_align_up(bytes);
+  size_t need = bytes > a->capacity - a->used ? SIZE_MAX : mf_align_up(bytes);
   if (inject()) {
     mf_error_set(MF_ERR_NOMEM, "arena '%s': slice of %zu bytes for %s failed (injected)", a->name,
                  bytes, what);

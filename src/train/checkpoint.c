@@ -66,6 +66,7 @@ static mf_status config_check(const char *path, const char *text, const mf_param
       st = mf_error_set(MF_ERR_CONFIG, "%s: config has no \"pairformer\" object", path);
     else
       json_object_foreach(wp, key, wv) {
+        if (!strcmp(key, "p_drop")) continue; /* recorded, but not part of the layout */
         json_t *gv = json_object_get(gp, key);
         if (!gv || !json_equal(gv, wv)) {
           char *gs = gv ? json_dumps(gv, JSON_ENCODE_ANY) : NULL;

@@ -47,7 +47,8 @@ extern "C" {
 /* Writes params (t->total) and, when both are given, adam_m and adam_v (t->total each) to
  * path atomically. adam_m and adam_v: both or neither (NULL: a weights-only file).
  * MF_ERR_IO (with the file and the system error) or MF_ERR_NOMEM; the previous file at
- * path is untouched on any error. */
+ * path is untouched on any error before the rename (a failing fsync of the directory after
+ * it is reported, but the new file is already in place). */
 mf_status mf_ckpt_save(const char *path, const mf_params_table *t, const mf_real *params,
                        const mf_real *adam_m, const mf_real *adam_v, uint64_t step,
                        uint64_t seed);

@@ -47,7 +47,7 @@ static double row_logits(double *s, const mf_real *qrow, const mf_real *kmat,
     for (int c = 0; c < D; c++) dot += (double)qrow[c] * (double)kr[c];
     double x = scale * dot + (brow ? (double)brow[kk] : 0.0);
     s[kk] = x;
-    if (x > mx) mx = x;
+    if (x > mx || x != x) mx = x; /* a NaN logit makes the row NaN (and sticks) */
   }
   return mx;
 }
