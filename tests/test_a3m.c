@@ -152,6 +152,26 @@ static void test_a3m_hand(void) {
   if (st != MF_OK) return;
   check_hand_a3m(&a, "hand.a3m");
 
+  /* ColabFold/MMseqs2 files open with "#<lengths>\t<cardinalities>"; '#' lines are skipped */
+  {
+    static const char k_colab[] = "#5\t1\n"
+                                  ">query chain A\n"
+                                  "MKV\n"
+                                  "LA\n"
+                                  "# a comment between records\n"
+                                  ">hit1/1-5 desc\n"
+                                  "mk-aVLQ\n"
+                                  "A\n"
+                                  "\n"
+                                  ">hit2\n"
+                                  "-KlvqVxLAyy\n";
+    mf_a3m c;
+    mf_status sc = mf_a3m_parse(k_colab, strlen(k_colab), "colab.a3m", MF_MOL_PROTEIN, &c);
+    MF_TEST(sc == MF_OK, "a3m with a ColabFold '#' header: %s", mf_error_message());
+    if (sc == MF_OK) check_hand_a3m(&c, "colab.a3m");
+    mf_a3m_free(&c);
+  }
+
   mf_msa_features f;
   st = mf_msa_features_compute(&a, &f);
   MF_TEST(st == MF_OK && f.S == 3 && f.N == 5, "features");
@@ -513,6 +533,7 @@ static void test_shared_msas(void) {
   MF_TEST(nf > 0, "%d a3m files in %s", nf, MSA_DIR);
 
   int parsed = 0, len_ok = 0, count_ok = 0, in_manifest = 0, query_ok = 0, feat_ok = 0;
+  int profile_ok = 0;
   int64_t total_rows = 0, total_del = 0;
   double t0 = mf_time_now();
   for (int i = 0; i < nf; i++) {
@@ -551,6 +572,27 @@ static void test_shared_msas(void) {
     feat_ok += MF_TEST(st == MF_OK && worst < 1e-5 && dmax < 1.0,
                        "%s: features (profile sum error %g, max deletion_value %g)", names[i],
                        worst, dmax);
+    /* mf_msa_profile == the profile and deletion mean of mf_msa_features_compute, and both
+     * == an independent count (the formula of [DM] get_profile_features) */
+    {
+      float *prof = malloc((size_t)a.N * 32 * sizeof(float));
+      float *dmean = malloc((size_t)a.N * sizeof(float));
+      mf_status sp = mf_msa_profile(&a, prof, dmean);
+      int same = st == MF_OK && sp == MF_OK &&
+                 !memcmp(prof, f.profile, (size_t)a.N * 32 * sizeof(float)) &&
+                 !memcmp(dmean, f.deletion_mean, (size_t)a.N * sizeof(float));
+      double *cnt = calloc((size_t)a.N * 32, sizeof(double)), *dsum = calloc((size_t)a.N, sizeof(double));
+      for (int64_t row = 0; row < a.S; row++)
+        for (int64_t j = 0; j < a.N; j++)
+          cnt[j * 32 + a.msa[row * a.N + j]] += 1, dsum[j] += a.deletions[row * a.N + j];
+      for (int64_t j = 0; same && j < a.N; j++) {
+        for (int k = 0; k < 32; k++) same &= prof[j * 32 + k] == (float)(cnt[j * 32 + k] / (double)a.S);
+        same &= dmean[j] == (float)(dsum[j] / (double)a.S);
+      }
+      profile_ok += MF_TEST(same, "%s: mf_msa_profile == mf_msa_features_compute's profile and "
+                            "deletion_mean", names[i]);
+      free(prof), free(dmean), free(cnt), free(dsum);
+    }
     mf_msa_features_free(&f);
     mf_a3m_free(&a);
   }
@@ -566,6 +608,8 @@ static void test_shared_msas(void) {
           "all %d files: parsed %d, query length = seq_length %d, rows = n_sequences %d", nf,
           parsed, len_ok, count_ok);
   MF_TEST(total_del > 0, "the real MSAs contain insertions");
+  MF_TEST(profile_ok == parsed, "mf_msa_profile equals the full features on %d of %d MSAs",
+          profile_ok, parsed);
   /* Totals over the 139 files of the shared set, computed independently with a few lines
    * of Python (gzip + str.islower: lower-case letters before each aligned column). */
   if (nf == 139)
@@ -576,6 +620,30 @@ static void test_shared_msas(void) {
   free(rows);
 }
 
+/* Reading a plain file allocates its size + 1 once (not 4x growth steps). */
+static void test_textfile_memory(void) {
+  char path[128];
+  tmp_path(path, sizeof path, "big.txt");
+  const size_t n = (size_t)3 * 1000 * 1000 + 12345;
+  char *buf = malloc(n);
+  for (size_t i = 0; i < n; i++) buf[i] = (i % 61 == 60) ? '\n' : (char)('A' + i % 23);
+  write_file(path, buf, n);
+  mf_mem_stats_t before = mf_mem_stats(MF_HOST);
+  mf_mem_reset_peak(MF_HOST);
+  char *data = NULL;
+  size_t len = 0;
+  mf_status st = mf_textfile_read(path, &data, &len);
+  mf_mem_stats_t after = mf_mem_stats(MF_HOST);
+  int64_t extra = after.peak - before.current;
+  MF_TEST(st == MF_OK && len == n && data[n] == 0 && !memcmp(data, buf, n),
+          "big plain file read whole: %s", mf_error_message());
+  MF_TEST(extra <= (int64_t)(1.1 * (double)n), "reading %zu bytes peaks at %lld bytes (<= 1.1x)",
+          n, (long long)extra);
+  mf_free(data);
+  free(buf);
+  remove(path);
+}
+
 int main(void) {
   mf_test_begin("test_a3m");
   snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/mf_test_a3m_XXXXXX");
@@ -584,6 +652,7 @@ int main(void) {
   test_a3m_hand();
   test_a3m_errors();
   test_files_gzip();
+  test_textfile_memory();
   test_shared_msas();
   rmdir(g_tmpdir);
   return mf_test_end();

@@ -86,7 +86,7 @@ static void test_basic(void) {
   }
   MF_TEST(ok, "get returns the stored bytes");
   st = mf_cache_get(r, "9zzz", &p, &len);
-  MF_TEST(st == MF_ERR_IO && p == NULL && strstr(mf_error_message(), path) &&
+  MF_TEST(st == MF_ERR_FORMAT && p == NULL && strstr(mf_error_message(), path) &&
               strstr(mf_error_message(), "no record '9zzz'"),
           "missing id names path and id: %s", mf_error_message());
   mf_feature_set fs;

@@ -7,10 +7,13 @@
  * inputs give errors naming file, component and line; allocation failures do not leak.
  * Not here: mmCIF structures (test_cif.c), the a3m reader (test_a3m.c). */
 #define _POSIX_C_SOURCE 200809L /* popen, mkdtemp */
+#include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "data/ccd.h"
@@ -226,6 +229,54 @@ static int same_ccd(const mf_ccd *x, const mf_ccd *y) {
          same_bytes(x->strings, y->strings, (size_t)x->strings_len);
 }
 
+
+/* Number of entries of g_tmpdir whose name starts with `prefix`. */
+static int count_prefixed(const char *prefix) {
+  DIR *d = opendir(g_tmpdir);
+  int k = 0;
+  for (struct dirent *e; d && (e = readdir(d));) k += !strncmp(e->d_name, prefix, strlen(prefix));
+  if (d) closedir(d);
+  return k;
+}
+
+/* mf_ccd_save writes a temp file and renames it: a save that fails part-way (here: a file
+ * size limit, which stops writes even as root) keeps the previous file whole and leaves no
+ * temp file; a save into a missing directory leaves nothing; a good save replaces. */
+static void test_save_atomic(const mf_ccd *ccd, const char *bin, const char *prev, size_t n) {
+  struct rlimit old;
+  MF_ASSERT(getrlimit(RLIMIT_FSIZE, &old) == 0, "getrlimit");
+  void (*old_sig)(int) = signal(SIGXFSZ, SIG_IGN);
+  struct rlimit lim = old;
+  lim.rlim_cur = (rlim_t)(n / 2);
+  int limited = setrlimit(RLIMIT_FSIZE, &lim) == 0;
+  mf_status st = limited ? mf_ccd_save(ccd, bin) : MF_ERR_IO;
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", mf_error_message());
+  setrlimit(RLIMIT_FSIZE, &old);
+  signal(SIGXFSZ, old_sig);
+  char *now = NULL;
+  size_t m = 0;
+  int same = mf_textfile_read(bin, &now, &m) == MF_OK && m == n && !memcmp(now, prev, n);
+  mf_free(now);
+  MF_TEST(limited && st == MF_ERR_IO && same && count_prefixed("ccd.bin.tmp") == 0,
+          "a failing save keeps the previous file whole, no temp file left: %s", msg);
+
+  char missing[192];
+  snprintf(missing, sizeof missing, "%s/no_such_dir/ccd.bin", g_tmpdir);
+  st = mf_ccd_save(ccd, missing);
+  MF_TEST(st == MF_ERR_IO && strstr(mf_error_message(), "no_such_dir") &&
+              count_prefixed("no_such_dir") == 0,
+          "save into a missing directory: MF_ERR_IO, nothing left: %s", mf_error_message());
+
+  /* a good save over a different file replaces it whole */
+  write_file(bin, "old contents", 12);
+  st = mf_ccd_save(ccd, bin);
+  now = NULL;
+  same = st == MF_OK && mf_textfile_read(bin, &now, &m) == MF_OK && m == n && !memcmp(now, prev, n);
+  mf_free(now);
+  MF_TEST(same && count_prefixed("ccd.bin.tmp") == 0, "a good save replaces the file: %s",
+          mf_error_message());
+}
 static void test_chunks_and_binary(const mf_ccd *ccd) {
   mf_ccd c2;
   mf_ccd_set_chunk_bytes(4096);
@@ -267,6 +318,7 @@ static void test_chunks_and_binary(const mf_ccd *ccd) {
   char *raw = NULL;
   size_t n = 0;
   MF_ASSERT(mf_textfile_read(bin, &raw, &n) == MF_OK, "read back %s", bin);
+  test_save_atomic(ccd, bin, raw, n);
   char bad[128];
   snprintf(bad, sizeof bad, "%s/bad.bin", g_tmpdir);
   write_file(bad, raw, n - 1);

@@ -488,6 +488,36 @@ static void test_alloc_failures(void) {
 
 /* ------------------------------------------------------------------ structure */
 
+/* Many entities with _entity_poly_seq rows, listed in reverse: grouping by entity must
+ * stay right (the grouping used to look every entity up again per row, O(E² x rows); the
+ * fix is checked for correctness here, not timed — tests check, benchmarks measure). */
+static void test_many_entities(void) {
+  const int E = 2500;
+  const char *cut = strstr(k_small, "#\n");
+  size_t head = (size_t)(cut - k_small) + 2, cap = head + (size_t)E * 64 + 256, n = head;
+  char *text = malloc(cap);
+  memcpy(text, k_small, head);
+  n += (size_t)snprintf(text + n, cap - n, "loop_\n_entity.id\n_entity.type\n"
+                        "1 polymer\n2 non-polymer\n3 water\n4 branched\n");
+  for (int e = 5; e <= E; e++) n += (size_t)snprintf(text + n, cap - n, "%d polymer\n", e);
+  n += (size_t)snprintf(text + n, cap - n, "loop_\n_entity_poly_seq.entity_id\n"
+                        "_entity_poly_seq.num\n_entity_poly_seq.mon_id\n_entity_poly_seq.hetero\n");
+  for (int e = E; e >= 1; e--) n += (size_t)snprintf(text + n, cap - n, "%d 1 GLY n\n", e);
+  mf_cif_doc *d = NULL;
+  mf_status st = mf_cif_parse(text, n, "many.cif", &d);
+  mf_structure *s = NULL;
+  if (st == MF_OK) st = mf_structure_from_cif(d, 0, &s);
+  int ok = st == MF_OK && s->n_entities == E && s->n_poly_seq == E;
+  for (int e = 0; ok && e < E; e++)
+    ok &= s->entities[e].poly_seq_count == 1 && s->entities[e].poly_seq_start == e &&
+          !strcmp(s->poly_mon[e], "GLY");
+  MF_TEST(ok, "%d entities with one poly_seq row each, grouped by entity: %s", E,
+          st ? mf_error_message() : "");
+  if (s) mf_structure_free(s);
+  mf_cif_free(d);
+  free(text);
+}
+
 static void test_structure(void) {
   mf_cif_doc *d = parse_ok(k_small, "small.cif");
   if (!d) return;
@@ -949,6 +979,7 @@ int main(void) {
   test_mutations();
   test_alloc_failures();
   test_structure();
+  test_many_entities();
   test_fuzz_regressions();
   test_against_gemmi(); /* ~9 s, also under ASan: every file is parsed in both builds */
   return mf_test_end();

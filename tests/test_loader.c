@@ -113,6 +113,8 @@ static void synth_entry(int e, mf_feature_set *fs) {
 typedef struct {
   int n;
   int delay; /* sleep 0..0.9 ms per get, varying with entry and worker: workers finish out of order */
+  int io_fails; /* this many gets fail with MF_ERR_IO (a source out of readers), then all work */
+  int missing;  /* entry whose get says "no such record" (MF_ERR_FORMAT); -1 = none */
   uint8_t **rec;
   size_t *len;
   char **names;
@@ -124,6 +126,11 @@ static mf_status mem_get(void *ctx, int w, int64_t k, const uint8_t **rec, size_
     struct timespec ts = {0, (long)(hash32((uint64_t)k, (uint64_t)w) % 4) * 300000L};
     nanosleep(&ts, NULL);
   }
+  *rec = NULL, *len = 0;
+  if (m->io_fails > 0 && __atomic_fetch_sub(&m->io_fails, 1, __ATOMIC_SEQ_CST) > 0)
+    return mf_error_set(MF_ERR_IO, "mem source: no reader slot for entry %lld", (long long)k);
+  if (k == m->missing)
+    return mf_error_set(MF_ERR_FORMAT, "mem source: no record '%s'", m->names[k]);
   *rec = m->rec[k];
   *len = m->len[k];
   return MF_OK;
@@ -137,6 +144,8 @@ static const char *mem_name(void *ctx, int64_t k) { return ((mem_src *)ctx)->nam
 static void mem_src_make(mem_src *m, mf_loader_source *src) {
   m->n = N_ENTRIES;
   m->delay = 0;
+  m->io_fails = 0;
+  m->missing = -1;
   m->rec = calloc(N_ENTRIES, sizeof *m->rec);
   m->len = calloc(N_ENTRIES, sizeof *m->len);
   m->names = calloc(N_ENTRIES, sizeof *m->names);
@@ -483,6 +492,62 @@ static void test_all_bad(void) {
   mem_src_free(&m);
 }
 
+/* A source failing transiently (MF_ERR_IO, e.g. LMDB out of reader slots) fails those
+ * steps but marks no entry bad: the same entries serve later steps. A missing record
+ * (MF_ERR_FORMAT from get) is a property of the entry and is marked bad. */
+static void test_transient_source(void) {
+  mem_src m;
+  mf_loader_source src;
+  mem_src_make(&m, &src);
+  mf_loader_config cfg;
+  small_config(&cfg, 1);
+  m.io_fails = 3;
+  mf_loader *L;
+  MF_TEST(mf_loader_create(&cfg, &src, &L) == MF_OK, "loader_create");
+  int fails = 0, io = 0, ok_after = 1;
+  int64_t failed_entry[3] = {-1, -1, -1};
+  for (int i = 0; i < 2 * N_ENTRIES; i++) {
+    mf_loader_example ex;
+    mf_status st = mf_loader_next(L, &ex);
+    if (st != MF_OK) {
+      io += st == MF_ERR_IO && strstr(mf_error_message(), "no reader slot") != NULL;
+      if (fails < 3) failed_entry[fails] = mf_loader_entry_at(77, 0, N_ENTRIES, i % N_ENTRIES);
+      fails++;
+      continue;
+    }
+    mf_loader_release(L, &ex);
+  }
+  int none_bad = 1;
+  for (int f = 0; f < 3; f++) none_bad &= failed_entry[f] >= 0 && !mf_loader_entry_bad(L, failed_entry[f]);
+  mf_loader_stats s = mf_loader_get_stats(L);
+  MF_TEST(fails == 3 && io == 3 && s.failed_steps == 3,
+          "transient source errors fail their steps with the source's message (%d, %d)", fails, io);
+  MF_TEST(none_bad && s.bad_entries == 2 && !mf_loader_entry_bad(L, 0),
+          "a transient source error marks no entry bad (%lld bad)", (long long)s.bad_entries);
+  /* those entries are served in the next epoch */
+  for (int i = 0; i < N_ENTRIES; i++) {
+    mf_loader_example ex;
+    if (mf_loader_next(L, &ex) != MF_OK) continue;
+    for (int f = 0; f < 3; f++) if (ex.entry == failed_entry[f]) ok_after++;
+    mf_loader_release(L, &ex);
+  }
+  MF_TEST(ok_after == 4, "the entries of the failed steps give examples later");
+  mf_loader_destroy(L);
+
+  m.missing = 3;
+  MF_TEST(mf_loader_create(&cfg, &src, &L) == MF_OK, "loader_create");
+  for (int i = 0; i < N_ENTRIES; i++) {
+    mf_loader_example ex;
+    if (mf_loader_next(L, &ex) == MF_OK) mf_loader_release(L, &ex);
+  }
+  s = mf_loader_get_stats(L);
+  MF_TEST(mf_loader_entry_bad(L, 3) && s.bad_entries == 3 && s.failed_steps == 0,
+          "a missing record is marked bad and skipped");
+  mf_loader_destroy(L);
+  mf_error_clear();
+  mem_src_free(&m);
+}
+
 /* ------------------------------------------------------------------ LMDB cache */
 
 static void rm_tree(const char *dir) {
@@ -750,6 +815,7 @@ int main(void) {
   test_msa_rows();
   test_loader_memory();
   test_all_bad();
+  test_transient_source();
   test_cache_synthetic();
   test_real();
   return mf_test_end();

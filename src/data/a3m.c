@@ -31,7 +31,9 @@ static mf_status scan(const char *text, size_t len, const char *what, mf_moltype
     size_t end = nl ? (size_t)(nl - text) : len; /* [i, end) is the line */
     size_t stop = end;
     if (stop > i && text[stop - 1] == '\r') stop--;
-    if (text[i] == '>') {
+    if (text[i] == '#') {
+      /* a comment, e.g. ColabFold/MMseqs2's first line "#<lengths>\t<cardinalities>" */
+    } else if (text[i] == '>') {
       if (S > 0 && !out) { /* close the previous record */
         if (S == 1) {
           N = col;
@@ -179,6 +181,34 @@ void mf_msa_features_free(mf_msa_features *f) {
   memset(f, 0, sizeof *f);
 }
 
+mf_status mf_msa_profile(const mf_a3m *a, float *profile, float *deletion_mean) {
+  const int64_t S = a->S, N = a->N;
+  int64_t *counts = mf_calloc((size_t)N * MF_RESTYPE_COUNT * sizeof(int64_t), "msa profile counts");
+  int64_t *dsum = mf_calloc((size_t)N * sizeof(int64_t), "msa deletion sums");
+  if (!counts || !dsum) {
+    mf_free(counts);
+    mf_free(dsum);
+    return MF_ERR_NOMEM;
+  }
+  for (int64_t s = 0; s < S; s++) {
+    const uint8_t *m = a->msa + s * N;
+    const int32_t *d = a->deletions + s * N;
+    for (int64_t j = 0; j < N; j++) {
+      counts[j * MF_RESTYPE_COUNT + m[j]]++;
+      dsum[j] += d[j];
+    }
+  }
+  for (int64_t j = 0; j < N; j++) {
+    for (int k = 0; k < MF_RESTYPE_COUNT; k++)
+      profile[j * MF_RESTYPE_COUNT + k] =
+          (float)((double)counts[j * MF_RESTYPE_COUNT + k] / (double)S);
+    deletion_mean[j] = (float)((double)dsum[j] / (double)S);
+  }
+  mf_free(counts);
+  mf_free(dsum);
+  return MF_OK;
+}
+
 mf_status mf_msa_features_compute(const mf_a3m *a, mf_msa_features *f) {
   memset(f, 0, sizeof *f);
   const int64_t S = a->S, N = a->N;
@@ -189,32 +219,15 @@ mf_status mf_msa_features_compute(const mf_a3m *a, mf_msa_features *f) {
   f->deletion_value = mf_malloc(cells * sizeof(float), "msa deletion_value");
   f->profile = mf_malloc((size_t)N * MF_RESTYPE_COUNT * sizeof(float), "msa profile");
   f->deletion_mean = mf_malloc((size_t)N * sizeof(float), "msa deletion_mean");
-  double *counts = mf_calloc((size_t)N * MF_RESTYPE_COUNT * sizeof(double), "msa profile counts");
-  double *dsum = mf_calloc((size_t)N * sizeof(double), "msa deletion sums");
-  if (!f->has_deletion || !f->deletion_value || !f->profile || !f->deletion_mean || !counts ||
-      !dsum) {
-    mf_free(counts);
-    mf_free(dsum);
+  if (!f->has_deletion || !f->deletion_value || !f->profile || !f->deletion_mean) {
     mf_msa_features_free(f);
     return MF_ERR_NOMEM;
   }
-  for (int64_t s = 0; s < S; s++) {
-    const uint8_t *m = a->msa + s * N;
-    const int32_t *d = a->deletions + s * N;
-    float *hd = f->has_deletion + s * N, *dv = f->deletion_value + s * N;
-    for (int64_t j = 0; j < N; j++) {
-      hd[j] = mf_msa_has_deletion(d[j]);
-      dv[j] = mf_msa_deletion_value(d[j]);
-      counts[j * MF_RESTYPE_COUNT + m[j]] += 1.0;
-      dsum[j] += d[j];
-    }
+  for (size_t i = 0; i < cells; i++) {
+    f->has_deletion[i] = mf_msa_has_deletion(a->deletions[i]);
+    f->deletion_value[i] = mf_msa_deletion_value(a->deletions[i]);
   }
-  for (int64_t j = 0; j < N; j++) {
-    for (int k = 0; k < MF_RESTYPE_COUNT; k++)
-      f->profile[j * MF_RESTYPE_COUNT + k] = (float)(counts[j * MF_RESTYPE_COUNT + k] / (double)S);
-    f->deletion_mean[j] = (float)(dsum[j] / (double)S);
-  }
-  mf_free(counts);
-  mf_free(dsum);
-  return MF_OK;
+  mf_status st = mf_msa_profile(a, f->profile, f->deletion_mean);
+  if (st != MF_OK) mf_msa_features_free(f);
+  return st;
 }

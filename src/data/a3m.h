@@ -5,8 +5,9 @@
  * are insertions relative to the query and are not columns: the deletion count of an
  * aligned column is the number of lower-case letters immediately before it (insertions
  * after the last column count nowhere, as in [DM]/[AF2] parse_a3m). '.' (a2m padding of
- * insert columns) is skipped; blank lines and whitespace inside sequence lines are
- * ignored; any other character is a format error. Every row must have exactly as many
+ * insert columns) is skipped; blank lines, lines starting with '#' (the "#<lengths>\t
+ * <cardinalities>" first line of ColabFold/MMseqs2 files) and whitespace inside sequence
+ * lines are ignored; any other character is a format error. Every row must have exactly as many
  * aligned columns as the query. Files may be plain or gzip (detected by magic bytes).
  *
  * Features (spec §3.4, [DM] create_msa_feat / get_profile_features):
@@ -74,6 +75,11 @@ typedef struct {
  * MF_ERR_NOMEM on allocation failure (then *f is zeroed). */
 mf_status mf_msa_features_compute(const mf_a3m *a, mf_msa_features *f);
 void mf_msa_features_free(mf_msa_features *f);
+
+/* Only the per-column features, in one pass with integer counts (no (S, N) arrays):
+ * profile (N, 32) and deletion_mean (N), both allocated by the caller; the same values as
+ * mf_msa_features_compute's. MF_ERR_NOMEM when its (N, 32) scratch counts fail. */
+mf_status mf_msa_profile(const mf_a3m *a, float *profile, float *deletion_mean);
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,7 @@
 #define DEFAULT_MAP ((size_t)1 << 30)
 #define MAX_MAP ((size_t)1 << 43) /* 8 TiB: growth stops here */
 #define META_KEY "meta"
+#define MF_CACHE_MAX_READERS 8192 /* LMDB reader slots: one per reader (thread) of every process */
 #define MF_MDB_TOO_MANY_CACHES (-31000) /* not an LMDB code: gate_enter failed */
 
 struct mf_cache {
@@ -93,6 +94,11 @@ static mf_status lmdb_error(const mf_cache *c, int rc, const char *what, const c
     return mf_error_set(MF_ERR_CONFIG, "cache %s: %s%s%s: this thread has transactions open on "
                         "%d other caches", c->path, what, id ? " " : "", id ? id : "",
                         HELD_SLOTS);
+  if (rc == MDB_READERS_FULL)
+    return mf_error_set(MF_ERR_IO, "cache %s: %s: all %d LMDB reader slots are in use (more "
+                        "reader threads/processes on this cache than MF_CACHE_MAX_READERS in "
+                        "src/data/cache.c: raise it, or run fewer loader workers or processes)",
+                        c->path, what, MF_CACHE_MAX_READERS);
   if (id)
     return mf_error_set(MF_ERR_IO, "cache %s: %s '%s': %s", c->path, what, id, mdb_strerror(rc));
   return mf_error_set(MF_ERR_IO, "cache %s: %s: %s", c->path, what, mdb_strerror(rc));
@@ -350,7 +356,7 @@ mf_status mf_cache_open(const char *path, const mf_cache_opts *opts, mf_cache **
   if (rc == MDB_SUCCESS) rc = mdb_env_set_maxdbs(c->env, 4);
   if (rc == MDB_SUCCESS)
     rc = mdb_env_set_mapsize(c->env, o->initial_map_size ? o->initial_map_size : DEFAULT_MAP);
-  if (rc == MDB_SUCCESS) rc = mdb_env_set_maxreaders(c->env, 512);
+  if (rc == MDB_SUCCESS) rc = mdb_env_set_maxreaders(c->env, MF_CACHE_MAX_READERS);
   mf_status st = MF_OK;
   if (rc == MDB_SUCCESS) {
     rc = mdb_env_open(c->env, path, MDB_NOTLS | (c->writable ? 0u : MDB_RDONLY), 0664);
@@ -565,8 +571,8 @@ mf_status mf_cache_get(mf_cache_reader *r, const char *id, const uint8_t **rec, 
                         c->path, id);
   MDB_val k = {strlen(id), (void *)id}, v;
   int rc = mdb_get(r->txn, c->db_rec, &k, &v);
-  if (rc == MDB_NOTFOUND)
-    return mf_error_set(MF_ERR_IO, "cache %s: no record '%s'", c->path, id);
+  if (rc == MDB_NOTFOUND) /* MF_ERR_FORMAT: the record's absence, not a failing read */
+    return mf_error_set(MF_ERR_FORMAT, "cache %s: no record '%s'", c->path, id);
   if (rc != MDB_SUCCESS) return lmdb_error(c, rc, "reading record", id);
   *rec = v.mv_data;
   *len = v.mv_size;

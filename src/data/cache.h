@@ -86,13 +86,15 @@ size_t mf_cache_map_size(mf_cache *c);
 /* Zero-copy reads. A reader belongs to one thread at a time. */
 mf_status mf_cache_reader_open(mf_cache *c, mf_cache_reader **out);
 void mf_cache_reader_close(mf_cache_reader *r); /* ends an open read; NULL is fine */
-/* Opens a read snapshot (records committed before this call). */
+/* Opens a read snapshot (records committed before this call). Each open reader holds one
+ * LMDB reader slot while reading (8192 per environment); when all are taken this is
+ * MF_ERR_IO naming the limit. */
 mf_status mf_cache_read_begin(mf_cache_reader *r);
 /* Ends the snapshot: every pointer from mf_cache_get on this reader becomes invalid. */
 void mf_cache_read_end(mf_cache_reader *r);
 /* The record of `id` inside the open snapshot: *rec points into the map (read-only, valid
- * until mf_cache_read_end). A missing id is MF_ERR_IO "<path>: no record '<id>'";
- * *rec = NULL then. */
+ * until mf_cache_read_end). A missing id is MF_ERR_FORMAT "<path>: no record '<id>'"
+ * (*rec = NULL then), distinct from a failing read (MF_ERR_IO) or misuse (MF_ERR_CONFIG). */
 mf_status mf_cache_get(mf_cache_reader *r, const char *id, const uint8_t **rec, size_t *len);
 /* get + mf_features_decode (checksums verified) into *fs, outside the snapshot's lifetime:
  * the set owns its memory. Needs an open snapshot. Errors name "<path>:<id>". */

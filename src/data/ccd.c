@@ -1,13 +1,14 @@
 /* ccd.c — the CCD reader on top of the cif.h tokenizer (chunks of whole data blocks), the
  * component hash table, and the binary serialisation. See ccd.h. Not a tokenizer: the
  * chunk splitter only finds lines that start with "data_" outside ';' text fields. */
-#define _POSIX_C_SOURCE 200809L /* strncasecmp */
+#define _POSIX_C_SOURCE 200809L /* strncasecmp, fileno, fsync */
 #include "data/ccd.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "data/cif.h"
 #include "data/textfile.h"
@@ -485,12 +486,34 @@ mf_status mf_ccd_save(const mf_ccd *ccd, const char *path) {
   for (int k = 0; k < 4; k++)
     if (sizes[k]) sum = fnv1a(parts[k], sizes[k], sum);
   h.checksum = sum;
-  FILE *f = fopen(path, "wb");
-  if (!f) return mf_error_set(MF_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+  /* written to <path>.tmp.<pid>, synced, then renamed over path: a reader (or a crash)
+   * sees the old file or the new one whole, never a part */
+  size_t tn = strlen(path) + 32;
+  char *tmp = mf_malloc(tn, "ccd save temp name");
+  if (!tmp) return MF_ERR_NOMEM;
+  snprintf(tmp, tn, "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) {
+    mf_status st = mf_error_set(MF_ERR_IO, "%s: cannot create %s: %s", path, tmp,
+                                strerror(errno));
+    mf_free(tmp);
+    return st;
+  }
   int ok = fwrite(&h, sizeof h, 1, f) == 1;
   for (int k = 0; k < 4 && ok; k++) ok = !sizes[k] || fwrite(parts[k], sizes[k], 1, f) == 1;
-  ok &= fclose(f) == 0;
-  if (!ok) return mf_error_set(MF_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+  ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+  int err = ok ? 0 : errno;
+  if (fclose(f) != 0 && ok) ok = 0, err = errno;
+  const char *step = "write failed";
+  if (ok && rename(tmp, path) != 0) ok = 0, err = errno, step = "rename failed";
+  if (!ok) {
+    unlink(tmp);
+    mf_status st = mf_error_set(MF_ERR_IO, "%s: %s: %s (the previous file, if any, is kept)",
+                                path, step, strerror(err));
+    mf_free(tmp);
+    return st;
+  }
+  mf_free(tmp);
   return MF_OK;
 }
 

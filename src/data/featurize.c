@@ -543,7 +543,8 @@ static mf_status fill_structure(fz_ctx *z, mf_feature_set *fs) {
 typedef struct {
   int have;         /* an a3m was read */
   mf_a3m a3m;
-  mf_msa_features f;
+  float *profile;       /* (N_a3m, 32) mf_msa_profile over all rows */
+  float *deletion_mean; /* (N_a3m) */
   int64_t S_keep;   /* rows kept (capped), 1 when query-only */
   int64_t row0;     /* first row of rows 1..S_keep-1 in the combined MSA */
   char *path;       /* the a3m file (owned) */
@@ -582,7 +583,11 @@ static mf_status load_entity_msa(fz_ctx *z, fz_msa *m) {
   }
   m->have = 1;
   m->path = path;
-  return mf_msa_features_compute(&m->a3m, &m->f);
+  const size_t n = (size_t)m->a3m.N;
+  m->profile = mf_malloc(n * MF_RESTYPE_COUNT * sizeof(float), "featurize: msa profile");
+  m->deletion_mean = mf_malloc(n * sizeof(float), "featurize: msa deletion_mean");
+  if (!m->profile || !m->deletion_mean) return MF_ERR_NOMEM; /* freed with the entity */
+  return mf_msa_profile(&m->a3m, m->profile, m->deletion_mean);
 }
 
 static int class_match(int q, int r) {
@@ -706,8 +711,8 @@ static mf_status fill_msa(fz_ctx *z, mf_feature_set *fs) {
             continue;
           }
           const int64_t q = col[k];
-          memcpy(p, me->f.profile + q * MF_RESTYPE_COUNT, MF_RESTYPE_COUNT * sizeof(float));
-          dmean[t] = me->f.deletion_mean[q];
+          memcpy(p, me->profile + q * MF_RESTYPE_COUNT, MF_RESTYPE_COUNT * sizeof(float));
+          dmean[t] = me->deletion_mean[q];
           int32_t d0 = A->deletions[q];
           del[t] = (uint8_t)(d0 > 255 ? 255 : d0 < 0 ? 0 : d0);
           for (int64_t row = 1; row < me->S_keep; row++) {
@@ -722,10 +727,9 @@ static mf_status fill_msa(fz_ctx *z, mf_feature_set *fs) {
     mf_free(col);
   }
   for (int32_t e = 0; e < E; e++) {
-    if (m[e].have) {
-      mf_msa_features_free(&m[e].f);
-      mf_a3m_free(&m[e].a3m);
-    }
+    if (m[e].have) mf_a3m_free(&m[e].a3m);
+    mf_free(m[e].profile);
+    mf_free(m[e].deletion_mean);
     mf_free(m[e].path);
   }
   mf_free(m);

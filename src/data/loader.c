@@ -173,17 +173,23 @@ mf_status mf_loader_build_example(mf_loader_ws *ws, const uint8_t *rec, size_t l
   return st;
 }
 
-/* Reads, decodes, crops entry k for step t into buf. */
+/* Reads, decodes, crops entry k for step t into buf. *record_err = 1 when the error is a
+ * property of the record (get's MF_ERR_FORMAT: no such record or not one; any error of
+ * decode, plan or write except MF_ERR_NOMEM), 0 when the source or the machine failed
+ * (the entry may be fine on another try). */
 static mf_status build(mf_loader *L, int w, int64_t k, uint64_t t, void *buf,
-                       mf_loader_example *ex) {
+                       mf_loader_example *ex, int *record_err) {
   const uint8_t *rec = NULL;
   size_t len = 0;
   char where[96], nb[32];
   snprintf(where, sizeof where, "%s", entry_name(L, k, nb, sizeof nb));
   mf_status st = L->src.get(L->src.ctx, w, k, &rec, &len);
-  if (st == MF_OK)
+  *record_err = st == MF_ERR_FORMAT;
+  if (st == MF_OK) {
     st = mf_loader_build_example(L->ws[w], rec, len, where, &L->cfg.crop, &L->lay, L->cfg.seed,
                                  t, buf, ex, NULL);
+    *record_err = st != MF_OK && st != MF_ERR_NOMEM;
+  }
   if (L->src.release) L->src.release(L->src.ctx, w);
   return st;
 }
@@ -211,12 +217,13 @@ static void produce(mf_loader *L, int w, uint64_t t, slot *s) {
       continue;
     }
     mf_error_clear();
-    st = build(L, w, k, t, s->buf, ex);
+    int record_err = 0;
+    st = build(L, w, k, t, s->buf, ex, &record_err);
     if (st == MF_OK) {
       ex->entry = k;
       break;
     }
-    if (st == MF_ERR_NOMEM) { /* not a property of the record: fail the step, keep the entry */
+    if (!record_err) { /* the source or memory failed, not the record: fail the step only */
       snprintf(s->err, sizeof s->err, "loader step %llu: %s", (unsigned long long)t,
                mf_error_message());
       break;

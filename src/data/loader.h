@@ -13,7 +13,8 @@
  * decode or does not fit the layout is reported once (MF_WARN, with its name and the
  * reason) and skipped: the step takes the entry at position p + 1, p + 2, ... of the same
  * epoch's shuffle, so the same entries are skipped in every run, with any number of
- * workers. Which worker finishes first never changes a byte of any example.
+ * workers. A failure of the source itself (I/O, no reader slot) or of memory is no property
+ * of the record: it fails that step (mf_loader_next returns it) and marks nothing. Which worker finishes first never changes a byte of any example.
  *
  * Records come from a source (a function pointer table), so the loader runs on the LMDB
  * cache (mf_loader_cache_source) or on records in memory (tests). Slot memory comes from
@@ -39,8 +40,9 @@ extern "C" {
 typedef struct {
   int64_t n; /* entries 0..n-1 */
   void *ctx;
-  /* A view of the record of entry k: *rec stays valid until release(ctx, w). An error
-   * (missing record, I/O) marks the entry bad; MF_ERR_NOMEM fails only this attempt. */
+  /* A view of the record of entry k: *rec stays valid until release(ctx, w). MF_ERR_FORMAT
+   * (no such record, or not a record) marks the entry bad; any other error (I/O, the source
+   * out of readers, MF_ERR_CONFIG, MF_ERR_NOMEM) fails only this step, the entry is kept. */
   mf_status (*get)(void *ctx, int w, int64_t k, const uint8_t **rec, size_t *len);
   void (*release)(void *ctx, int w); /* may be NULL */
   /* The entry's name for messages (e.g. "1crn"); may be NULL. */
@@ -98,8 +100,8 @@ typedef struct mf_loader mf_loader;
 mf_status mf_loader_create(const mf_loader_config *cfg, const mf_loader_source *src,
                            mf_loader **out);
 /* Blocks until the next step is ready and hands it over (steps strictly in order). When
- * the step failed (no good entry within max_skip, or out of memory), returns that error
- * with its message, and the step is consumed (its slot already free); the next call
+ * the step failed (no good entry within max_skip, out of memory, a failing source),
+ * returns that error with its message, and the step is consumed (its slot already free); the next call
  * gives the next step. Holding all K slots and asking for more is MF_ERR_CONFIG (it
  * could never be served). One consumer thread; not concurrent with mf_loader_destroy. */
 mf_status mf_loader_next(mf_loader *L, mf_loader_example *ex);

@@ -486,7 +486,8 @@ static mf_status fill_entities(mf_structure *s, const src *S, pool_t *P) {
   for (int32_t e = 0; e < s->n_entities; e++) {
     mf_entity *en = &s->entities[e];
     en->poly_seq_start = pos;
-    for (int64_t i = 0; i < qe.n && find_entity(s, en->id) == e; i++) { /* once per id */
+    const int first_of_id = find_entity(s, en->id) == e; /* a repeated id gets no rows */
+    for (int64_t i = 0; first_of_id && i < qe.n; i++) {
       if (!mf_cif_str_eq(val(&qe, i), en->id)) continue;
       if ((st = get_int32(&qn, i, &s->poly_num[pos]))) return st;
       if ((st = copy_id(&qm, i, s->poly_mon[pos], MF_STRUCT_ID))) return st;

@@ -1,5 +1,6 @@
 /* textfile.c — whole-file reads with transparent gzip (zlib inflate over the file's bytes).
  * See textfile.h. Not a streaming reader; not a parser. */
+#define _POSIX_C_SOURCE 200809L /* fileno, fstat */
 #include "data/textfile.h"
 
 #include <errno.h>
@@ -7,12 +8,16 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
-/* Grows an mf_malloc'd buffer to at least `need` bytes (+1 for the NUL), keeping `used`. */
+/* Grows an mf_malloc'd buffer to at least `need` bytes (+1 for the NUL), keeping `used`:
+ * the first allocation (*cap == 0) is exactly need + 1 bytes (the caller knows the size),
+ * later ones double the capacity until it holds need + 1. */
 static mf_status grow(char **buf, size_t *cap, size_t used, size_t need, const char *what) {
   if (need + 1 <= *cap) return MF_OK;
-  size_t ncap = *cap ? *cap : 4096;
+  if (need >= SIZE_MAX - 1) return mf_error_set(MF_ERR_NOMEM, "%s: text too large", what);
+  size_t ncap = *cap ? *cap : need + 1;
   while (ncap < need + 1) {
     if (ncap > SIZE_MAX / 2) return mf_error_set(MF_ERR_NOMEM, "%s: text too large", what);
     ncap *= 2;
@@ -58,7 +63,7 @@ static mf_status inflate_all(const unsigned char *in, size_t n, const char *what
         zs.avail_in = left > UINT_MAX ? UINT_MAX : (uInt)left;
       }
       if (cap - 1 - used == 0) {
-        st = grow(&out, &cap, used, cap * 2, what);
+        st = grow(&out, &cap, used, used + 1, what); /* doubles */
         if (st != MF_OK) goto fail;
       }
       size_t room = cap - 1 - used;
@@ -123,13 +128,31 @@ mf_status mf_textfile_read(const char *path, char **data, size_t *len) {
   *len = 0;
   FILE *f = fopen(path, "rb");
   if (!f) return mf_error_set(MF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  /* One buffer of the file's size + 1 (64 KiB when unknown: a pipe); it grows (doubling)
+   * only when the file turned out longer than fstat said. */
+  struct stat sb;
+  size_t size0 = 1 << 16;
+  if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
+    if ((uintmax_t)sb.st_size >= SIZE_MAX - 1) {
+      fclose(f);
+      return mf_error_set(MF_ERR_NOMEM, "%s: file too large", path);
+    }
+    size0 = (size_t)sb.st_size;
+  }
   char *raw = NULL;
   size_t cap = 0, used = 0;
-  mf_status st = MF_OK;
-  for (;;) {
-    if (cap == 0 || used + 1 >= cap) {
-      st = grow(&raw, &cap, used, cap ? cap * 2 : 1 << 16, path);
+  mf_status st = grow(&raw, &cap, 0, size0, path);
+  while (st == MF_OK) {
+    if (used + 1 >= cap) { /* full: at the end of the file, or is there more? */
+      int c = fgetc(f);
+      if (c == EOF) {
+        if (ferror(f)) st = mf_error_set(MF_ERR_IO, "%s: read error: %s", path, strerror(errno));
+        break;
+      }
+      st = grow(&raw, &cap, used, used + 1, path);
       if (st != MF_OK) break;
+      raw[used++] = (char)c;
+      continue;
     }
     size_t got = fread(raw + used, 1, cap - 1 - used, f);
     used += got;
