@@ -159,6 +159,34 @@ static void test_alloc(void) {
   mf_free(blk);
 }
 
+static void test_grow(void) {
+  mf_mem_stats_t s0 = mf_mem_stats(MF_HOST);
+  int32_t *v = NULL;
+  int64_t cap = 0;
+  MF_TEST(mf_grow((void **)&v, &cap, 3, sizeof *v, "v") == MF_OK && v && cap == 3,
+          "first growth is exact: cap %lld", (long long)cap);
+  for (int i = 0; i < 3; i++) v[i] = 10 + i;
+  int32_t *same = v;
+  MF_TEST(mf_grow((void **)&v, &cap, 3, sizeof *v, "v") == MF_OK && v == same && cap == 3,
+          "no growth when it fits");
+  MF_TEST(mf_grow((void **)&v, &cap, 4, sizeof *v, "v") == MF_OK && cap == 6 && v[0] == 10 &&
+              v[2] == 12, "later growth doubles and keeps the contents: cap %lld", (long long)cap);
+  MF_TEST(mf_grow((void **)&v, &cap, 100, sizeof *v, "v") == MF_OK && cap == 100 && v[1] == 11,
+          "growth beyond double is exact: cap %lld", (long long)cap);
+  MF_TEST(mf_mem_stats(MF_HOST).current - s0.current == 100 * (int64_t)sizeof *v &&
+              mf_mem_stats(MF_HOST).count - s0.count == 1, "old blocks freed");
+  int32_t *keep = v;
+  mf_alloc_fail_after(0);
+  MF_TEST(mf_grow((void **)&v, &cap, 101, sizeof *v, "vec") == MF_ERR_NOMEM && v == keep &&
+              cap == 100 && v[2] == 12 && strstr(mf_error_message(), "vec"),
+          "failed growth leaves the array as it was: %s", mf_error_message());
+  MF_TEST(mf_grow((void **)&v, &cap, INT64_MAX, sizeof *v, "huge") == MF_ERR_NOMEM &&
+              v == keep && cap == 100 && strstr(mf_error_message(), "impossible size"),
+          "an impossible size is refused: %s", mf_error_message());
+  mf_free(v);
+  MF_TEST(mf_mem_stats(MF_HOST).current == s0.current, "accounting back to start");
+}
+
 static void shape_fatal(void *ctx) {
   mf_tensor *t = ctx;
   MF_TENSOR_EXPECT(t, "pair", MF_F32, 3, 5, 5, 128);
@@ -214,6 +242,7 @@ int main(void) {
   test_distributions();
   test_streams();
   test_alloc();
+  test_grow();
   test_tensor_and_errors();
   test_timer();
   return mf_test_end();

@@ -106,6 +106,22 @@ void mf_free(void *p) {
   free(user - MF_ALIGN);
 }
 
+mf_status mf_grow(void **p, int64_t *cap, int64_t need, size_t elem, const char *what) {
+  if (need <= *cap) return MF_OK;
+  int64_t ncap = *cap > INT64_MAX / 2 ? INT64_MAX : 2 * *cap;
+  if (ncap < need) ncap = need;
+  if (elem == 0 || (uint64_t)ncap > MF_ALLOC_MAX / elem)
+    return mf_error_set(MF_ERR_NOMEM, "growing %s to %lld elements of %zu bytes: impossible size",
+                        what, (long long)ncap, elem);
+  void *np = mf_malloc((size_t)ncap * elem, what);
+  if (!np) return MF_ERR_NOMEM;
+  if (*cap > 0) memcpy(np, *p, (size_t)*cap * elem);
+  mf_free(*p);
+  *p = np;
+  *cap = ncap;
+  return MF_OK;
+}
+
 void mf_alloc_set_device(const mf_device_allocator *a) { g_device = a; }
 
 void *mf_dmalloc(size_t bytes, const char *what) {

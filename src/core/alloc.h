@@ -29,6 +29,13 @@ void *mf_malloc(size_t bytes, const char *what);
 void *mf_calloc(size_t bytes, const char *what);
 void mf_free(void *p);
 
+/* Grows the mf_malloc'd array *p of *cap elements of elem bytes (NULL and 0 at first) to
+ * hold at least need elements: nothing when need <= *cap; else a new block of
+ * max(need, 2 * *cap) elements (exactly need the first time), the old *cap elements
+ * copied into it and the old block freed; *p and *cap are updated. On failure
+ * MF_ERR_NOMEM (mf_error_message set, naming what) and *p, *cap are left as they were. */
+mf_status mf_grow(void **p, int64_t *cap, int64_t need, size_t elem, const char *what);
+
 /* The device backend: malloc returns NULL and fills err on failure. */
 typedef struct {
   void *(*malloc)(size_t bytes, char *err, size_t errlen);

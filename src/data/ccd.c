@@ -20,21 +20,6 @@ void mf_ccd_set_chunk_bytes(size_t bytes) { g_chunk_bytes = bytes ? bytes : CHUN
 
 /* ------------------------------------------------------------------ small helpers */
 
-/* Grows an mf_malloc'd array of `elem`-byte items to hold at least `need`. */
-static mf_status reserve(void **p, int64_t *cap, int64_t used, int64_t need, size_t elem,
-                         const char *what) {
-  if (need <= *cap) return MF_OK;
-  int64_t ncap = *cap ? *cap : 64;
-  while (ncap < need) ncap *= 2;
-  void *np = mf_malloc((size_t)ncap * elem, what);
-  if (!np) return MF_ERR_NOMEM;
-  if (used) memcpy(np, *p, (size_t)used * elem);
-  mf_free(*p);
-  *p = np;
-  *cap = ncap;
-  return MF_OK;
-}
-
 static uint64_t fnv1a(const void *data, size_t n, uint64_t h) {
   const unsigned char *b = data;
   for (size_t i = 0; i < n; i++) {
@@ -72,8 +57,8 @@ typedef struct {
 
 static mf_status add_string(builder *b, mf_cif_str s, int null, int64_t *off) {
   int64_t len = null ? 0 : s.len;
-  mf_status st = reserve((void **)&b->c->strings, &b->cap_strings, b->c->strings_len,
-                         b->c->strings_len + len + 1, 1, "ccd strings");
+  mf_status st = mf_grow((void **)&b->c->strings, &b->cap_strings, b->c->strings_len + len + 1,
+                         1, "ccd strings");
   if (st != MF_OK) return st;
   *off = b->c->strings_len;
   if (len) memcpy(b->c->strings + *off, s.p, (size_t)len);
@@ -133,7 +118,7 @@ static mf_status add_component(builder *b, const mf_cif_doc *doc, int32_t blk, c
   if (!mf_cif_find(doc, blk, "_chem_comp.id", &col) || mf_cif_is_null(&col, 0))
     return mf_error_set(MF_ERR_FORMAT, "%s: data block '%.*s' has no _chem_comp.id", file,
                         (int)(bname.len > 64 ? 64 : bname.len), bname.p);
-  st = reserve((void **)&ccd->components, &b->cap_comp, ccd->n_components, ccd->n_components + 1,
+  st = mf_grow((void **)&ccd->components, &b->cap_comp, ccd->n_components + 1,
                sizeof(mf_ccd_component), "ccd components");
   if (st != MF_OK) return st;
   mf_ccd_component *c = &ccd->components[ccd->n_components];
@@ -189,8 +174,8 @@ static mf_status add_component(builder *b, const mf_cif_doc *doc, int32_t blk, c
                         "type_symbol", file, id);
   c->atom0 = ccd->n_atoms;
   c->n_atoms = na;
-  st = reserve((void **)&ccd->atoms, &b->cap_atoms, ccd->n_atoms, ccd->n_atoms + na,
-               sizeof(mf_ccd_atom), "ccd atoms");
+  st = mf_grow((void **)&ccd->atoms, &b->cap_atoms, ccd->n_atoms + na, sizeof(mf_ccd_atom),
+               "ccd atoms");
   if (st != MF_OK) return st;
   mf_ccd_atom *at = na ? ccd->atoms + c->atom0 : NULL; /* no arithmetic on a NULL table */
   int all_ideal = na > 0, all_model = na > 0;
@@ -267,8 +252,8 @@ static mf_status add_component(builder *b, const mf_cif_doc *doc, int32_t blk, c
                         "%lld atom_id_2 values", file, id, (long long)nb, (long long)b_a2.n);
   c->bond0 = ccd->n_bonds;
   c->n_bonds = nb;
-  st = reserve((void **)&ccd->bonds, &b->cap_bonds, ccd->n_bonds, ccd->n_bonds + nb,
-               sizeof(mf_ccd_bond), "ccd bonds");
+  st = mf_grow((void **)&ccd->bonds, &b->cap_bonds, ccd->n_bonds + nb, sizeof(mf_ccd_bond),
+               "ccd bonds");
   if (st != MF_OK) return st;
   for (int64_t r = 0; r < nb; r++) {
     mf_ccd_bond *bd = &ccd->bonds[c->bond0 + r];

@@ -57,23 +57,6 @@ struct mf_cif_doc {
 
 #define MAX_TEXT ((size_t)UINT32_MAX - 1)
 
-/* ------------------------------------------------------------------ growth */
-
-static int grow(void **arr, int64_t *cap, int64_t need, size_t elem, const char *what) {
-  if (need <= *cap) return 1;
-  int64_t nc = *cap ? *cap : 64;
-  while (nc < need) nc *= 2;
-  void *p = mf_malloc((size_t)nc * elem, what);
-  if (!p) return 0;
-  if (*arr) {
-    memcpy(p, *arr, (size_t)*cap * elem);
-    mf_free(*arr);
-  }
-  *arr = p;
-  *cap = nc;
-  return 1;
-}
-
 /* ------------------------------------------------------------------ messages */
 
 static int64_t line_at(const char *buf, const char *at) {
@@ -213,8 +196,8 @@ static int next_token(lexer *L) {
 /* ------------------------------------------------------------------ parser */
 
 static int push_val(mf_cif_doc *d, const char *buf, const char *ts, uint32_t len) {
-  if (d->n_vals == d->cap_vals &&
-      !grow((void **)&d->vals, &d->cap_vals, d->n_vals + 1, sizeof(span), "cif values"))
+  if (mf_grow((void **)&d->vals, &d->cap_vals, d->n_vals + 1, sizeof(span), "cif values") !=
+      MF_OK)
     return 0;
   d->vals[d->n_vals].off = (uint32_t)(ts - buf);
   d->vals[d->n_vals].len = len;
@@ -228,7 +211,8 @@ static item *push_item(mf_cif_doc *d, const char *buf, const char *ts, uint32_t 
     mf_error_set(MF_ERR_FORMAT, "%s: too many items", d->name);
     return NULL;
   }
-  if (!grow((void **)&d->items, &cap, (int64_t)d->n_items + 1, sizeof(item), "cif items"))
+  if (mf_grow((void **)&d->items, &cap, (int64_t)d->n_items + 1, sizeof(item), "cif items") !=
+      MF_OK)
     return NULL;
   d->cap_items = (int32_t)(cap > INT32_MAX ? INT32_MAX : cap);
   item *it = &d->items[d->n_items++];
@@ -261,7 +245,8 @@ static mf_status parse(mf_cif_doc *d) {
   if (d->n == 0) return mf_error_set(MF_ERR_FORMAT, "%s: empty file", d->name);
   if (d->n >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0) L.p += 3; /* UTF-8 BOM */
   int64_t est = (int64_t)(d->n / 6) + 64;
-  if (!grow((void **)&d->vals, &d->cap_vals, est, sizeof(span), "cif values")) return MF_ERR_NOMEM;
+  if (mf_grow((void **)&d->vals, &d->cap_vals, est, sizeof(span), "cif values") != MF_OK)
+    return MF_ERR_NOMEM;
 
   int tok = next_token(&L);
   for (;;) {
@@ -269,7 +254,8 @@ static mf_status parse(mf_cif_doc *d) {
     if (tok == T_EOF) break;
     if (tok == T_DATA) {
       int64_t cap = d->cap_blocks;
-      if (!grow((void **)&d->blocks, &cap, (int64_t)d->n_blocks + 1, sizeof(block), "cif blocks"))
+      if (mf_grow((void **)&d->blocks, &cap, (int64_t)d->n_blocks + 1, sizeof(block),
+                  "cif blocks") != MF_OK)
         return MF_ERR_NOMEM;
       d->cap_blocks = (int32_t)cap;
       block *b = &d->blocks[d->n_blocks++];
@@ -328,12 +314,7 @@ static mf_status parse(mf_cif_doc *d) {
     int64_t first_val = d->n_vals;
     const char *last = loop_at;
     while (tok == T_VALUE) {
-      if (d->n_vals == d->cap_vals &&
-          !grow((void **)&d->vals, &d->cap_vals, d->n_vals + 1, sizeof(span), "cif values"))
-        return MF_ERR_NOMEM;
-      d->vals[d->n_vals].off = (uint32_t)(L.ts - buf);
-      d->vals[d->n_vals].len = L.tlen;
-      d->n_vals++;
+      if (!push_val(d, buf, L.ts, L.tlen)) return MF_ERR_NOMEM;
       last = L.ts;
       tok = next_token(&L);
     }

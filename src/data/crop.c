@@ -791,7 +791,7 @@ typedef struct {
   mf_crop_remap remap;
   const uint8_t *src;
   uint8_t *dst;
-  const struct crop_runs *runs; /* precomputed runs of the index lists, or NULL */
+  const struct crop_runs *runs; /* precomputed runs of the index lists (build_runs) */
 } gather_ctx;
 
 static int64_t role_count(const gather_ctx *g, int d) {
@@ -898,7 +898,7 @@ static const int32_t *role_list(const mf_crop_plan *p, char r, int64_t *n) {
   return r == 'T' ? p->tok : r == 'A' ? p->atom : p->msa;
 }
 
-/* 1 when done (the shape fits the fast path), 0 to fall back to gather_rec; -1 on NOMEM. */
+/* 1 when done (the shape fits the fast path), 0 to fall back to gather_rec. */
 static int gather_fast(const gather_ctx *g) {
   const int nr = g->inner_dim;
   if (nr < 1 || nr > 2) return 0;
@@ -921,30 +921,17 @@ static int gather_fast(const gather_ctx *g) {
         int32_t *op = (int32_t *)g->dst + i * per;
         for (int64_t k = 0; k < per; k++) op[k] = sp[k] >= 0 && sp[k] < lim ? map[sp[k]] : -1;
       }
-    } else if (g->runs) {
+    } else {
       const int ri0 = g->roles[0] == 'T' ? 0 : g->roles[0] == 'A' ? 1 : 2;
       copy_rows(g->dst, g->src, B, i0, n0, g->runs->r[ri0], g->runs->n[ri0]);
-    } else {
-      run stack[512], *r = n0 <= 512 ? stack : mf_malloc((size_t)n0 * sizeof *r, "crop runs");
-      if (!r) return -1;
-      int64_t k = make_runs(i0, n0, r);
-      copy_rows(g->dst, g->src, B, i0, n0, r, k);
-      if (r != stack) mf_free(r);
     }
     memset(g->dst + (size_t)n0 * B, 0, (size_t)(P0 - n0) * B);
     return 1;
   }
   /* two roles: rows i0, columns i1 */
-  run stack[512], *r = stack;
-  int64_t k;
   const int ri1 = g->roles[1] == 'T' ? 0 : g->roles[1] == 'A' ? 1 : 2;
-  if (g->runs) {
-    r = (run *)g->runs->r[ri1], k = g->runs->n[ri1];
-  } else {
-    r = n1 <= 512 ? stack : mf_malloc((size_t)n1 * sizeof *r, "crop runs");
-    if (!r) return -1;
-    k = make_runs(i1, n1, r);
-  }
+  const run *r = g->runs->r[ri1];
+  const int64_t k = g->runs->n[ri1];
   const size_t srow = (size_t)g->sshape[1] * B, drow = (size_t)P1 * B;
   for (int64_t i = 0; i < n0; i++) {
     uint8_t *o = g->dst + (size_t)i * drow;
@@ -952,7 +939,6 @@ static int gather_fast(const gather_ctx *g) {
     memset(o + (size_t)n1 * B, 0, drow - (size_t)n1 * B);
   }
   memset(g->dst + (size_t)n0 * drow, 0, (size_t)(P0 - n0) * drow);
-  if (!g->runs && r != stack) mf_free(r);
   return 1;
 }
 
@@ -1017,7 +1003,7 @@ static mf_status augment_ref_pos(const mf_feature_set *fs, const mf_crop_plan *p
 
 /* Crops feature src of fs into dst (shape dshape; every byte written, padding zeroed).
  * lay_f: the feature's layout entry (its roles and remap precomputed), or NULL to look
- * them up; runs: precomputed runs, or NULL. */
+ * them up; runs: the runs of the plan's lists (build_runs). */
 static mf_status crop_feature(const mf_feature_set *fs, const mf_crop_plan *p,
                               const mf_feature *src, const int64_t *dshape, void *dst,
                               const mf_crop_slot_feature *lay_f, const struct crop_runs *runs) {
@@ -1050,12 +1036,7 @@ static mf_status crop_feature(const mf_feature_set *fs, const mf_crop_plan *p,
     g.sstride[d] = ss, g.dstride[d] = ds;
     ss *= src->shape[d], ds *= dshape[d];
   }
-  int fast = 0;
-  if (ss > 0) {
-    fast = gather_fast(&g);
-    if (fast < 0) return MF_ERR_NOMEM;
-  }
-  if (!fast) {
+  if (ss == 0 || !gather_fast(&g)) {
     size_t nb = g.esz;
     for (int d = 0; d < src->ndim; d++) nb *= (size_t)dshape[d];
     memset(dst, 0, nb);
@@ -1083,23 +1064,34 @@ static mf_status crop_write_runs(const mf_feature_set *fs, const mf_crop_plan *p
                                  const mf_crop_layout *lay, void *buf,
                                  const struct crop_runs *runs);
 
-mf_status mf_crop_write(const mf_feature_set *fs, const mf_crop_plan *p,
-                        const mf_crop_layout *lay, void *buf) {
-  /* the runs of the token, atom and row lists, once for every feature */
+/* The runs of the plan's token, atom and MSA-row lists into *runs, once for every feature:
+ * in stack[0..nstack) when they fit, else in an mf_malloc'd block left in *heap (NULL
+ * otherwise) for the caller to mf_free. */
+static mf_status build_runs(const mf_crop_plan *p, struct crop_runs *runs, run *stack,
+                            int64_t nstack, run **heap) {
   const int32_t *lists[3] = {p->tok, p->atom, p->msa};
   const int64_t lens[3] = {p->n_tok, p->n_atom, p->n_msa};
   int64_t cnt[3], tot = 0;
   for (int k = 0; k < 3; k++) tot += cnt[k] = count_runs(lists[k], lens[k]);
-  run stack[1024], *rs = tot <= 1024 ? stack : mf_malloc((size_t)tot * sizeof *rs, "crop runs");
-  if (!rs) return MF_ERR_NOMEM;
-  struct crop_runs runs;
-  for (int k = 0, at = 0; k < 3; k++) {
-    runs.r[k] = rs + at;
-    runs.n[k] = make_runs(lists[k], lens[k], rs + at);
-    at += (int)cnt[k];
+  run *rs = stack;
+  *heap = NULL;
+  if (tot > nstack && !(rs = *heap = mf_malloc((size_t)tot * sizeof *rs, "crop runs")))
+    return MF_ERR_NOMEM;
+  for (int64_t k = 0, at = 0; k < 3; k++) {
+    runs->r[k] = rs + at;
+    runs->n[k] = make_runs(lists[k], lens[k], rs + at);
+    at += cnt[k];
   }
-  mf_status st = crop_write_runs(fs, p, lay, buf, &runs);
-  if (rs != stack) mf_free(rs);
+  return MF_OK;
+}
+
+mf_status mf_crop_write(const mf_feature_set *fs, const mf_crop_plan *p,
+                        const mf_crop_layout *lay, void *buf) {
+  run stack[1024], *heap;
+  struct crop_runs runs;
+  mf_status st = build_runs(p, &runs, stack, 1024, &heap);
+  if (st == MF_OK) st = crop_write_runs(fs, p, lay, buf, &runs);
+  mf_free(heap);
   return st;
 }
 
@@ -1137,7 +1129,9 @@ static mf_status crop_write_runs(const mf_feature_set *fs, const mf_crop_plan *p
 mf_status mf_crop_apply(const mf_feature_set *fs, const mf_crop_plan *p,
                         const mf_crop_layout *lay, mf_feature_set *out) {
   mf_features_init(out, fs->id);
-  mf_status st = MF_OK;
+  run stack[1024], *heap;
+  struct crop_runs runs;
+  mf_status st = build_runs(p, &runs, stack, 1024, &heap);
   int n = lay ? lay->n : fs->n;
   for (int i = 0; i < n && st == MF_OK; i++) {
     const mf_feature *src;
@@ -1175,8 +1169,9 @@ mf_status mf_crop_apply(const mf_feature_set *fs, const mf_crop_plan *p,
       st = MF_ERR_NOMEM; /* names, dtypes and shapes come from a valid set */
       break;
     }
-    st = crop_feature(fs, p, src, shape, dst, lay ? &lay->f[i] : NULL, NULL);
+    st = crop_feature(fs, p, src, shape, dst, lay ? &lay->f[i] : NULL, &runs);
   }
+  mf_free(heap);
   if (st != MF_OK) mf_features_free(out);
   return st;
 }

@@ -754,7 +754,7 @@ mf_status mf_features_decode(const uint8_t *rec, size_t len, const char *where,
 
 struct mf_features_reader {
   dec x;
-  size_t cap_raw, cap_frames, cap_feat; /* capacities of x.raw, x.zoff/sg/done, x.d and f */
+  int64_t cap_raw, cap_frames, cap_feat; /* capacities of x.raw, x.zoff/sg/done, x.d and f */
   mf_feature *f;
   char where[256];
   int open;
@@ -781,18 +781,6 @@ void mf_features_reader_free(mf_features_reader *r) {
   mf_free(r);
 }
 
-/* Grows *p to hold n elements of size sz (contents not kept). */
-static int grow(void **p, size_t *cap, size_t n, size_t sz, const char *what) {
-  if (n <= *cap) return 1;
-  size_t c = n + n / 4;
-  void *q = mf_malloc(c * sz, what);
-  if (!q) return 0;
-  mf_free(*p);
-  *p = q;
-  *cap = c;
-  return 1;
-}
-
 mf_status mf_features_reader_open(mf_features_reader *r, const uint8_t *rec, size_t len,
                                   const char *where, mf_feature_set *fs) {
   mf_features_init(fs, NULL);
@@ -804,16 +792,18 @@ mf_status mf_features_reader_open(mf_features_reader *r, const uint8_t *rec, siz
   dec *x = &r->x;
   x->rec = rec, x->where = r->where, x->raw_len = info.raw_len, x->n_frames = info.n_frames;
   x->n = 0;
-  size_t capf = r->cap_frames, capf2 = r->cap_frames, capf3 = r->cap_frames;
+  int64_t capf = r->cap_frames, capf2 = r->cap_frames, capf3 = r->cap_frames;
   size_t nfeat = (size_t)(FEAT_MAX < x->raw_len / RAW_FEAT + 1 ? FEAT_MAX
                                                                : x->raw_len / RAW_FEAT + 1);
-  size_t capd = r->cap_feat, capd2 = r->cap_feat;
-  if (!grow((void **)&x->raw, &r->cap_raw, (size_t)x->raw_len, 1, "feature reader raw") ||
-      !grow((void **)&x->zoff, &capf, (size_t)x->n_frames + 1, sizeof *x->zoff, "frames") ||
-      !grow((void **)&x->sg, &capf2, (size_t)x->n_frames + 1, sizeof *x->sg, "frames") ||
-      !grow((void **)&x->done, &capf3, (size_t)x->n_frames + 1, 1, "frames") ||
-      !grow((void **)&x->d, &capd, nfeat, sizeof *x->d, "reader table") ||
-      !grow((void **)&r->f, &capd2, nfeat, sizeof *r->f, "reader table"))
+  int64_t capd = r->cap_feat, capd2 = r->cap_feat;
+  const int64_t nfr = (int64_t)x->n_frames + 1;
+  st = mf_grow((void **)&x->raw, &r->cap_raw, (int64_t)x->raw_len, 1, "feature reader raw");
+  if (st == MF_OK) st = mf_grow((void **)&x->zoff, &capf, nfr, sizeof *x->zoff, "frames");
+  if (st == MF_OK) st = mf_grow((void **)&x->sg, &capf2, nfr, sizeof *x->sg, "frames");
+  if (st == MF_OK) st = mf_grow((void **)&x->done, &capf3, nfr, 1, "frames");
+  if (st == MF_OK) st = mf_grow((void **)&x->d, &capd, (int64_t)nfeat, sizeof *x->d, "table");
+  if (st == MF_OK) st = mf_grow((void **)&r->f, &capd2, (int64_t)nfeat, sizeof *r->f, "table");
+  if (st != MF_OK)
     return mf_error_set(MF_ERR_NOMEM, "%s: decode buffers: %s", r->where, mf_error_message());
   /* all three grew to the same size (or none did) */
   r->cap_frames = capf < capf2 ? capf : capf2;

@@ -7,11 +7,13 @@
  * the ground truth matched by atom name; (4) token bonds from the CCD and _struct_conn;
  * (5) the combined unpaired MSA, profile and deletion_mean.
  * Not here: cropping, MSA subsampling, augmentation, record encoding (features.c). */
+#define _POSIX_C_SOURCE 200809L /* access */
 #include "data/featurize.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data/a3m.h"
 
@@ -251,12 +253,6 @@ static mf_status add_chain(fz_ctx *z, int32_t fc) {
                           "the CCD", z->id, st->chain_id[fc],
                           st->chain_entity_id[fc][0] ? st->chain_entity_id[fc] : "?",
                           res_desc(z, r, buf, sizeof buf), r->name);
-    }
-    if (r->comp->n_atoms > z->max_comp_atoms) {
-      char buf[96];
-      return mf_error_set(MF_ERR_FORMAT, "%s: chain %s, %s: component %s has %lld atoms",
-                          z->id, st->chain_id[fc], res_desc(z, r, buf, sizeof buf), r->name,
-                          (long long)r->comp->n_atoms);
     }
     if (c->polymer) {
       classify_polymer_residue(z, c->moltype, r);
@@ -551,13 +547,6 @@ typedef struct {
   int32_t chain0;   /* first chain of the entity */
 } fz_msa;
 
-static int file_exists(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return 0;
-  fclose(f);
-  return 1;
-}
-
 /* Reads the MSA of entity e (first chain m->chain0) when there is one. */
 static mf_status load_entity_msa(fz_ctx *z, fz_msa *m) {
   const fz_chain *c0 = &z->ch[m->chain0];
@@ -566,9 +555,9 @@ static mf_status load_entity_msa(fz_ctx *z, fz_msa *m) {
   char *path = mf_malloc(len, "featurize: msa path");
   if (!path) return MF_ERR_NOMEM;
   snprintf(path, len, "%s/%s_%s.a3m.gz", z->opts->msa_dir, z->id, c0->entity_key);
-  if (!file_exists(path)) snprintf(path, len, "%s/%s_%s.a3m", z->opts->msa_dir, z->id,
+  if (access(path, R_OK) != 0) snprintf(path, len, "%s/%s_%s.a3m", z->opts->msa_dir, z->id,
                                    c0->entity_key);
-  if (!file_exists(path)) {
+  if (access(path, R_OK) != 0) {
     MF_DEBUG("%s: entity %s: no MSA file, query only", z->id, c0->entity_key);
     mf_free(path);
     return MF_OK;
@@ -792,21 +781,33 @@ mf_status mf_featurize_structure(const mf_structure *st, const char *id,
   return s;
 }
 
+static int has_suffix(const char *s, const char *suf) {
+  size_t n = strlen(s), k = strlen(suf);
+  return n >= k && strcmp(s + n - k, suf) == 0;
+}
+
+mf_status mf_featurize_entry_id(const char *path, char *id, size_t n) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  size_t k = strlen(base);
+  if (has_suffix(base, ".cif.gz")) k -= 7;
+  else if (has_suffix(base, ".cif")) k -= 4;
+  if (k == 0 || k >= n || k >= MF_FEAT_ID_MAX)
+    return mf_error_set(MF_ERR_CONFIG, "%s: cannot take an entry id (1..%d characters) from the "
+                        "file name", path, MF_FEAT_ID_MAX - 1);
+  memcpy(id, base, k);
+  id[k] = '\0';
+  return MF_OK;
+}
+
 mf_status mf_featurize_file(const char *path, const mf_featurize_opts *opts,
                             mf_feature_set *out) {
   memset(out, 0, sizeof *out);
-  const char *base = strrchr(path, '/');
-  base = base ? base + 1 : path;
   char id[MF_FEAT_ID_MAX];
-  size_t n = strlen(base);
-  if (n >= 7 && !strcmp(base + n - 7, ".cif.gz")) n -= 7;
-  else if (n >= 4 && !strcmp(base + n - 4, ".cif")) n -= 4;
-  if (n == 0 || n >= sizeof id)
-    return mf_error_set(MF_ERR_CONFIG, "%s: cannot take an entry id from the file name", path);
-  memcpy(id, base, n);
-  id[n] = '\0';
+  mf_status s = mf_featurize_entry_id(path, id, sizeof id);
+  if (s != MF_OK) return s;
   mf_structure *st = NULL;
-  mf_status s = mf_structure_read(path, &st);
+  s = mf_structure_read(path, &st);
   if (s != MF_OK) return s;
   s = mf_featurize_structure(st, id, opts, out);
   mf_structure_free(st);

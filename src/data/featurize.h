@@ -139,7 +139,11 @@ typedef struct {
 mf_status mf_featurize_structure(const mf_structure *st, const char *id,
                                  const mf_featurize_opts *opts, mf_feature_set *out);
 
-/* Reads the mmCIF at `path` (entry id = file name without .cif/.cif.gz) and featurises it. */
+/* The entry id of an mmCIF path: the file name without .cif.gz / .cif, into id[n].
+ * MF_ERR_CONFIG when empty or too long (n or MF_FEAT_ID_MAX bytes with the NUL). */
+mf_status mf_featurize_entry_id(const char *path, char *id, size_t n);
+
+/* Reads the mmCIF at `path` (entry id: mf_featurize_entry_id) and featurises it. */
 mf_status mf_featurize_file(const char *path, const mf_featurize_opts *opts,
                             mf_feature_set *out);
 

@@ -31,17 +31,7 @@ static int has_suffix(const char *s, const char *suf) {
 }
 
 mf_status mf_prep_entry_id(const char *path, char *id, size_t n) {
-  const char *base = strrchr(path, '/');
-  base = base ? base + 1 : path;
-  size_t k = strlen(base);
-  if (has_suffix(base, ".cif.gz")) k -= 7;
-  else if (has_suffix(base, ".cif")) k -= 4;
-  if (k == 0 || k >= n || k >= MF_FEAT_ID_MAX)
-    return mf_error_set(MF_ERR_CONFIG, "%s: cannot take an entry id (1..%d characters) from the "
-                        "file name", path, MF_FEAT_ID_MAX - 1);
-  memcpy(id, base, k);
-  id[k] = '\0';
-  return MF_OK;
+  return mf_featurize_entry_id(path, id, n);
 }
 
 /* A growing array of strings. */
@@ -51,15 +41,8 @@ typedef struct {
 } strvec;
 
 static mf_status strvec_push(strvec *s, const char *a, size_t len) {
-  if (s->n == s->cap) {
-    int64_t cap = s->cap ? 2 * s->cap : 64;
-    char **nv = mf_malloc((size_t)cap * sizeof *nv, "prep: input list");
-    if (!nv) return MF_ERR_NOMEM;
-    if (s->n) memcpy(nv, s->v, (size_t)s->n * sizeof *nv);
-    mf_free(s->v);
-    s->v = nv;
-    s->cap = cap;
-  }
+  if (mf_grow((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v, "prep: input list") != MF_OK)
+    return MF_ERR_NOMEM;
   char *c = mf_malloc(len + 1, "prep: input path");
   if (!c) return MF_ERR_NOMEM;
   memcpy(c, a, len);
@@ -283,13 +266,15 @@ void mf_prep_summary_format(const mf_prep_summary *s, char *buf, size_t n) {
            (double)(s->done + s->failed) / sec, (double)s->bytes_in / 1e6 / sec);
 }
 
-/* ids sorted through an index array (qsort has no context argument in C11) */
-static char (*g_sort_ids)[MF_FEAT_ID_MAX];
-static pthread_mutex_t g_sort_mu = PTHREAD_MUTEX_INITIALIZER;
-static int cmp_idx(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  int c = strcmp(g_sort_ids[x], g_sort_ids[y]);
-  return c ? c : (x < y ? -1 : x > y);
+/* an entry id and its input position; equal ids sort by position */
+typedef struct {
+  const char *id;
+  int64_t i;
+} id_pos;
+static int cmp_id_pos(const void *a, const void *b) {
+  const id_pos *x = a, *y = b;
+  int c = strcmp(x->id, y->id);
+  return c ? c : (x->i < y->i ? -1 : x->i > y->i);
 }
 
 mf_status mf_prep_run(const mf_prep_opts *o, mf_prep_summary *s) {
@@ -340,7 +325,8 @@ mf_status mf_prep_run(const mf_prep_opts *o, mf_prep_summary *s) {
 
   /* ids, duplicates, already cached */
   char(*ids)[MF_FEAT_ID_MAX] = NULL;
-  int64_t *order = NULL, *todo = NULL;
+  id_pos *order = NULL;
+  int64_t *todo = NULL;
   uint8_t *bad = NULL;
   if (st == MF_OK) {
     ids = mf_calloc((size_t)(n ? n : 1) * sizeof *ids, "prep: ids");
@@ -352,27 +338,23 @@ mf_status mf_prep_run(const mf_prep_opts *o, mf_prep_summary *s) {
   int64_t n_todo = 0;
   if (st == MF_OK) {
     for (int64_t i = 0; i < n; i++) {
-      order[i] = i;
+      order[i] = (id_pos){ids[i], i};
       if (mf_prep_entry_id(paths[i], ids[i], sizeof ids[i]) != MF_OK) {
         fprintf(rep, "prep: %s: %s\n", paths[i], mf_error_message());
         bad[i] = 1;
         s->failed++;
       }
     }
-    pthread_mutex_lock(&g_sort_mu);
-    g_sort_ids = ids;
-    if (n > 1) qsort(order, (size_t)n, sizeof *order, cmp_idx);
-    g_sort_ids = NULL;
-    pthread_mutex_unlock(&g_sort_mu);
+    if (n > 1) qsort(order, (size_t)n, sizeof *order, cmp_id_pos);
     for (int64_t k = 1; k < n; k++) {
-      int64_t a = order[k - 1], b = order[k];
+      int64_t a = order[k - 1].i, b = order[k].i;
       if (bad[a] || bad[b] || strcmp(ids[a], ids[b]) != 0) continue;
       /* equal ids sort by input position: b comes later in the input */
       fprintf(rep, "prep: %s: duplicate entry id '%s' (already taken by %s)\n", paths[b], ids[b],
               paths[a]);
       bad[b] = 2;
       s->failed++;
-      order[k] = a; /* the next duplicate compares against the first */
+      order[k] = order[k - 1]; /* the next duplicate compares against the first */
     }
     for (int64_t i = 0; i < n && st == MF_OK; i++) {
       if (bad[i]) continue;

@@ -62,8 +62,8 @@ mf_status mf_prep_run(const mf_prep_opts *o, mf_prep_summary *s);
 mf_status mf_prep_list_inputs(const char *input, char ***paths, int64_t *n);
 void mf_prep_free_list(char **paths, int64_t n);
 
-/* The entry id of an mmCIF path: the file name without .cif.gz / .cif (as
- * mf_featurize_file names it). MF_ERR_CONFIG when empty or too long. */
+/* The entry id of an mmCIF path: mf_featurize_entry_id (featurize.h), the name
+ * mf_featurize_file gives the entry. MF_ERR_CONFIG when empty or too long. */
 mf_status mf_prep_entry_id(const char *path, char *id, size_t n);
 
 /* crc32 of the feature list of featurize.h (MF_FEATURES: names, dtypes, ranks, shapes),

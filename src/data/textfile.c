@@ -11,26 +11,6 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-/* Grows an mf_malloc'd buffer to at least `need` bytes (+1 for the NUL), keeping `used`:
- * the first allocation (*cap == 0) is exactly need + 1 bytes (the caller knows the size),
- * later ones double the capacity until it holds need + 1. */
-static mf_status grow(char **buf, size_t *cap, size_t used, size_t need, const char *what) {
-  if (need + 1 <= *cap) return MF_OK;
-  if (need >= SIZE_MAX - 1) return mf_error_set(MF_ERR_NOMEM, "%s: text too large", what);
-  size_t ncap = *cap ? *cap : need + 1;
-  while (ncap < need + 1) {
-    if (ncap > SIZE_MAX / 2) return mf_error_set(MF_ERR_NOMEM, "%s: text too large", what);
-    ncap *= 2;
-  }
-  char *nb = mf_malloc(ncap, what);
-  if (!nb) return MF_ERR_NOMEM;
-  if (used) memcpy(nb, *buf, used);
-  mf_free(*buf);
-  *buf = nb;
-  *cap = ncap;
-  return MF_OK;
-}
-
 static int is_gzip(const unsigned char *b, size_t n) { return n >= 2 && b[0] == 0x1f && b[1] == 0x8b; }
 
 static mf_status inflate_all(const unsigned char *in, size_t n, const char *what, char **data,
@@ -41,9 +21,12 @@ static mf_status inflate_all(const unsigned char *in, size_t n, const char *what
                         : 0;
   if (hint < n) hint = n * 4;
   if (n < SIZE_MAX / 1032 && hint > n * 1032) hint = n * 1032; /* deflate's maximum ratio */
+  /* one buffer of hint + 1 bytes (the NUL); it doubles when the text turns out longer */
+  if (hint >= (size_t)INT64_MAX) return mf_error_set(MF_ERR_NOMEM, "%s: text too large", what);
   char *out = NULL;
-  size_t cap = 0, used = 0;
-  mf_status st = grow(&out, &cap, 0, hint, what);
+  int64_t cap = 0;
+  size_t used = 0;
+  mf_status st = mf_grow((void **)&out, &cap, (int64_t)hint + 1, 1, what);
   if (st != MF_OK) return st;
 
   z_stream zs;
@@ -62,11 +45,11 @@ static mf_status inflate_all(const unsigned char *in, size_t n, const char *what
         zs.next_in = (Bytef *)(in + pos);
         zs.avail_in = left > UINT_MAX ? UINT_MAX : (uInt)left;
       }
-      if (cap - 1 - used == 0) {
-        st = grow(&out, &cap, used, used + 1, what); /* doubles */
+      if ((size_t)cap - 1 - used == 0) {
+        st = mf_grow((void **)&out, &cap, (int64_t)used + 2, 1, what); /* doubles */
         if (st != MF_OK) goto fail;
       }
-      size_t room = cap - 1 - used;
+      size_t room = (size_t)cap - 1 - used;
       zs.next_out = (Bytef *)(out + used);
       zs.avail_out = room > UINT_MAX ? UINT_MAX : (uInt)room;
       uInt before_out = zs.avail_out, before_in = zs.avail_in;
@@ -140,21 +123,22 @@ mf_status mf_textfile_read(const char *path, char **data, size_t *len) {
     size0 = (size_t)sb.st_size;
   }
   char *raw = NULL;
-  size_t cap = 0, used = 0;
-  mf_status st = grow(&raw, &cap, 0, size0, path);
+  int64_t cap = 0;
+  size_t used = 0;
+  mf_status st = mf_grow((void **)&raw, &cap, (int64_t)size0 + 1, 1, path);
   while (st == MF_OK) {
-    if (used + 1 >= cap) { /* full: at the end of the file, or is there more? */
+    if (used + 1 >= (size_t)cap) { /* full: at the end of the file, or is there more? */
       int c = fgetc(f);
       if (c == EOF) {
         if (ferror(f)) st = mf_error_set(MF_ERR_IO, "%s: read error: %s", path, strerror(errno));
         break;
       }
-      st = grow(&raw, &cap, used, used + 1, path);
+      st = mf_grow((void **)&raw, &cap, (int64_t)used + 2, 1, path); /* doubles */
       if (st != MF_OK) break;
       raw[used++] = (char)c;
       continue;
     }
-    size_t got = fread(raw + used, 1, cap - 1 - used, f);
+    size_t got = fread(raw + used, 1, (size_t)cap - 1 - used, f);
     used += got;
     if (got == 0) {
       if (ferror(f)) st = mf_error_set(MF_ERR_IO, "%s: read error: %s", path, strerror(errno));
