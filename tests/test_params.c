@@ -2,7 +2,8 @@
  * activation checkpointing (model/stack.h).
  * Table: AF3 counts (48 × 3,070,848), names/shapes/inits, the tensor-major layout tiles the
  * buffer exactly, block binding agrees with the block's own bind, table init equals
- * mf_pairformer_block_init for every block, bad configs are refused.
+ * mf_pairformer_block_init for every block and lecun/He draws taken directly from the
+ * Philox stream, bad configs are refused.
  * Stack: every checkpointing policy gives bit-identical outputs and gradients, equal to a
  * hand-chained sequence of blocks; finite-difference checks of a 2- and a 3-block stack;
  * the planner's bytes are what the stack allocates and over-budget crops are refused with
@@ -12,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/philox.h"
+#include "core/rng.h"
 #include "harness.h"
 #include "model/params.h"
 #include "model/stack.h"
@@ -135,6 +138,57 @@ static void test_init(mf_pairformer_config c, int L, uint64_t seed) {
     }
   }
   MF_TEST(same, "c_z=%d L=%d: mf_params_init == mf_pairformer_block_init for every block", c.c_z, L);
+  /* Both of those read the table now, so also check against an independent expectation:
+   * the random tensors in the AF3 order, drawn with mf_philox_trunc_normal directly at a
+   * running index of the block's stream, plus a ones and a zeros field. */
+  {
+    const int64_t Cz = c.c_z, Cs = c.c_s, Ch = c.c_mul, n = c.n_trans;
+    const int64_t HDt = (int64_t)c.h_tri * c.d_tri, HDs = (int64_t)c.h_s * c.d_s;
+    const struct { const char *name; int64_t numel, fan_in; double gain; } rnd[] = {
+        {"tri_out.w_ap", Ch * Cz, Cz, 1}, {"tri_out.w_bp", Ch * Cz, Cz, 1},
+        {"tri_in.w_ap", Ch * Cz, Cz, 1},  {"tri_in.w_bp", Ch * Cz, Cz, 1},
+        {"att_start.w_q", HDt * Cz, Cz, 1}, {"att_start.w_k", HDt * Cz, Cz, 1},
+        {"att_start.w_v", HDt * Cz, Cz, 1}, {"att_start.w_b", c.h_tri * Cz, Cz, 1},
+        {"att_end.w_q", HDt * Cz, Cz, 1}, {"att_end.w_k", HDt * Cz, Cz, 1},
+        {"att_end.w_v", HDt * Cz, Cz, 1}, {"att_end.w_b", c.h_tri * Cz, Cz, 1},
+        {"pair_trans.w_a", n * Cz * Cz, Cz, 2}, {"pair_trans.w_b", n * Cz * Cz, Cz, 2},
+        {"single_att.w_q", HDs * Cs, Cs, 1}, {"single_att.w_k", HDs * Cs, Cs, 1},
+        {"single_att.w_v", HDs * Cs, Cs, 1}, {"single_att.w_z", c.h_s * Cz, Cz, 1},
+        {"single_trans.w_a", n * Cs * Cs, Cs, 2}, {"single_trans.w_b", n * Cs * Cs, Cs, 2},
+    };
+    int indep = 1, found = 1;
+    for (int l = 0; l < L; l++) {
+      uint64_t stream = mf_rng_stream(0, MF_RNG_INIT, (uint32_t)l);
+      int64_t next = 0;
+      for (size_t f = 0; f < sizeof rnd / sizeof rnd[0]; f++) {
+        char name[MF_PARAMS_NAME_MAX];
+        snprintf(name, sizeof name, "pairformer.%s", rnd[f].name);
+        const mf_param_entry *en = mf_params_find(&t, name);
+        if (!en || en->block_numel != rnd[f].numel) {
+          found = 0;
+          break;
+        }
+        const double *blk = flat + en->offset + (int64_t)l * en->block_numel;
+        double scale = sqrt(rnd[f].gain / (double)rnd[f].fan_in) / 0.87962566103423978;
+        const int64_t ks[3] = {0, rnd[f].numel / 2, rnd[f].numel - 1};
+        for (int q = 0; q < 3; q++) {
+          double want = (mf_real)(scale * mf_philox_trunc_normal(seed, stream, (uint64_t)(next + ks[q]),
+                                                                 -2.0, 2.0));
+          indep &= blk[ks[q]] == want;
+        }
+        next += rnd[f].numel;
+      }
+      const mf_param_entry *g1 = mf_params_find(&t, "pairformer.tri_out.ln_in_g");
+      const mf_param_entry *z0 = mf_params_find(&t, "pairformer.single_trans.w_o");
+      found &= g1 && z0;
+      for (int64_t k = 0; g1 && k < g1->block_numel; k++)
+        indep &= flat[g1->offset + (int64_t)l * g1->block_numel + k] == 1.0;
+      for (int64_t k = 0; z0 && k < z0->block_numel; k++)
+        indep &= flat[z0->offset + (int64_t)l * z0->block_numel + k] == 0.0;
+    }
+    MF_TEST(found && indep, "c_z=%d L=%d: init equals lecun/He draws taken directly from the "
+            "Philox stream, ones for LN gains, zeros for final projections", c.c_z, L);
+  }
   /* blocks differ from each other; the seed matters */
   const mf_param_entry *e = mf_params_find(&t, "pairformer.tri_out.w_ap");
   if (L > 1)

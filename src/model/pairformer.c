@@ -2,6 +2,7 @@
  * forward/backward composition of the sub-layer ops (see pairformer.h). The sub-layers
  * themselves live in src/ops; this file only wires residuals, masks and dropout. */
 #include "model/pairformer.h"
+#include "model/params.h"
 
 #include <math.h>
 #include <string.h>
@@ -86,73 +87,14 @@ int64_t mf_pairformer_block_bind(mf_pairformer_block *w, mf_real *flat,
 
 /* ------------------------------------------------------------------ initialisation */
 
-typedef struct {
-  uint64_t seed, stream, next; /* running element index of the init stream */
-} init_rng;
-
-static void fill_const(mf_real *p, int64_t n, double v) {
-  for (int64_t i = 0; i < n; i++) p[i] = (mf_real)v;
-}
-
-/* Truncated normal at ±2σ with std = sqrt(gain/fan_in)/0.87962566 (spec §1). */
-static void fill_tn(init_rng *r, mf_real *p, int64_t rows, int64_t fan_in, double gain) {
-  double scale = sqrt(gain / (double)fan_in) / 0.87962566103423978;
-  for (int64_t i = 0; i < rows * fan_in; i++)
-    p[i] = (mf_real)(scale * mf_philox_trunc_normal(r->seed, r->stream, r->next++, -2.0, 2.0));
-}
-
-static void init_transition(init_rng *r, mf_transition_weights *t, int C, int n) {
-  fill_const(t->ln_g, C, 1);
-  fill_const(t->ln_b, C, 0);
-  fill_tn(r, t->w_a, (int64_t)n * C, C, 2.0); /* He */
-  fill_tn(r, t->w_b, (int64_t)n * C, C, 2.0);
-  fill_const(t->w_o, (int64_t)n * C * C, 0);  /* final */
-}
-
 void mf_pairformer_block_init(mf_pairformer_block *w, const mf_pairformer_config *c,
                               uint64_t seed, uint32_t block) {
-  init_rng r = {seed, mf_rng_stream(0, MF_RNG_INIT, block), 0};
-  int Cz = c->c_z, Ch = c->c_mul, Cs = c->c_s;
-  mf_trimul_weights *tm[2] = {&w->tri_out, &w->tri_in};
-  for (int k = 0; k < 2; k++) {
-    fill_const(tm[k]->ln_in_g, Cz, 1);
-    fill_const(tm[k]->ln_in_b, Cz, 0);
-    fill_tn(&r, tm[k]->w_ap, Ch, Cz, 1.0);
-    fill_const(tm[k]->w_ag, (int64_t)Ch * Cz, 0);
-    fill_tn(&r, tm[k]->w_bp, Ch, Cz, 1.0);
-    fill_const(tm[k]->w_bg, (int64_t)Ch * Cz, 0);
-    fill_const(tm[k]->w_g, (int64_t)Cz * Cz, 0);
-    fill_const(tm[k]->ln_out_g, Ch, 1);
-    fill_const(tm[k]->ln_out_b, Ch, 0);
-    fill_const(tm[k]->w_z, (int64_t)Cz * Ch, 0);
-  }
-  mf_triatt_weights *ta[2] = {&w->att_start, &w->att_end};
-  int64_t HDt = (int64_t)c->h_tri * c->d_tri;
-  for (int k = 0; k < 2; k++) {
-    fill_const(ta[k]->ln_g, Cz, 1);
-    fill_const(ta[k]->ln_b, Cz, 0);
-    fill_tn(&r, ta[k]->w_q, HDt, Cz, 1.0);
-    fill_tn(&r, ta[k]->w_k, HDt, Cz, 1.0);
-    fill_tn(&r, ta[k]->w_v, HDt, Cz, 1.0);
-    fill_tn(&r, ta[k]->w_b, c->h_tri, Cz, 1.0);
-    fill_const(ta[k]->w_g, HDt * Cz, 0);
-    fill_const(ta[k]->w_o, Cz * HDt, 0);
-  }
-  init_transition(&r, &w->pair_trans, Cz, c->n_trans);
-  mf_apb_weights *a = &w->single_att;
-  int64_t HDs = (int64_t)c->h_s * c->d_s;
-  fill_const(a->ln_s_g, Cs, 1);
-  fill_const(a->ln_s_b, Cs, 0);
-  fill_tn(&r, a->w_q, HDs, Cs, 1.0);
-  fill_const(a->b_q, HDs, 0);
-  fill_tn(&r, a->w_k, HDs, Cs, 1.0);
-  fill_tn(&r, a->w_v, HDs, Cs, 1.0);
-  fill_const(a->w_g, HDs * Cs, 0);
-  fill_const(a->ln_z_g, Cz, 1);
-  fill_const(a->ln_z_b, Cz, 0);
-  fill_tn(&r, a->w_z, c->h_s, Cz, 1.0);
-  fill_const(a->w_o, Cs * HDs, 0);
-  init_transition(&r, &w->single_trans, Cs, c->n_trans);
+  /* the policy (lecun / He / zeros / ones per field) lives in the parameter table */
+  mf_params_table t;
+  mf_status st = mf_params_build_pairformer(&t, c, 1);
+  MF_ASSERT(st == MF_OK, "pairformer_block_init: parameter table: %s", mf_error_message());
+  mf_params_init_block(&t, w, seed, block);
+  mf_params_free(&t);
 }
 
 /* ------------------------------------------------------------------ saved layout */

@@ -64,7 +64,9 @@ int64_t mf_pairformer_block_bind(mf_pairformer_block *w, mf_real *flat,
 
 /* AF3 initialisation (spec §1): LayerNorm γ = 1, β = 0; lecun truncated normal for
  * projections; He for the transitions' two input linears; zeros for gates and output
- * projections. Random draws from the Philox stream (seed, MF_RNG_INIT, block). */
+ * projections. Random draws from the Philox stream (seed, MF_RNG_INIT, block). The
+ * per-field policy lives in the parameter table (src/model/params.c): this is
+ * mf_params_init_block over a one-block table, so it equals mf_params_init's block. */
 void mf_pairformer_block_init(mf_pairformer_block *w, const mf_pairformer_config *c,
                               uint64_t seed, uint32_t block);
 

@@ -190,22 +190,29 @@ void mf_params_bind_block(const mf_params_table *t, mf_real *flat, int l, mf_pai
   }
 }
 
+void mf_params_init_block(const mf_params_table *t, mf_pairformer_block *w, uint64_t seed,
+                          uint32_t block) {
+  uint64_t stream = mf_rng_stream(0, MF_RNG_INIT, block);
+  for (int i = 0; i < t->n; i++) {
+    const mf_param_entry *e = &t->entries[i];
+    mf_real *p = *field_ptr(w, e->field);
+    if (e->init == MF_INIT_LECUN || e->init == MF_INIT_HE) {
+      /* truncated normal at ±2σ, std = sqrt(gain/fan_in)/0.87962566 (spec §1) */
+      double gain = e->init == MF_INIT_HE ? 2.0 : 1.0;
+      double scale = sqrt(gain / (double)e->fan_in) / 0.87962566103423978;
+      for (int64_t k = 0; k < e->block_numel; k++)
+        p[k] = (mf_real)(scale * mf_philox_trunc_normal(seed, stream,
+                                                        (uint64_t)(e->rng_offset + k), -2.0, 2.0));
+    } else {
+      for (int64_t k = 0; k < e->block_numel; k++) p[k] = (mf_real)e->init_value;
+    }
+  }
+}
+
 void mf_params_init(const mf_params_table *t, mf_real *flat, uint64_t seed) {
   for (int l = 0; l < t->L; l++) {
-    uint64_t stream = mf_rng_stream(0, MF_RNG_INIT, (uint32_t)l);
-    for (int i = 0; i < t->n; i++) {
-      const mf_param_entry *e = &t->entries[i];
-      mf_real *p = flat + e->offset + (int64_t)l * e->block_numel;
-      if (e->init == MF_INIT_LECUN || e->init == MF_INIT_HE) {
-        /* the same expression as pairformer.c fill_tn, so the numbers are bit-identical */
-        double gain = e->init == MF_INIT_HE ? 2.0 : 1.0;
-        double scale = sqrt(gain / (double)e->fan_in) / 0.87962566103423978;
-        for (int64_t k = 0; k < e->block_numel; k++)
-          p[k] = (mf_real)(scale * mf_philox_trunc_normal(seed, stream,
-                                                          (uint64_t)(e->rng_offset + k), -2.0, 2.0));
-      } else {
-        for (int64_t k = 0; k < e->block_numel; k++) p[k] = (mf_real)e->init_value;
-      }
-    }
+    mf_pairformer_block w;
+    mf_params_bind_block(t, flat, l, &w);
+    mf_params_init_block(t, &w, seed, (uint32_t)l);
   }
 }

@@ -21,10 +21,11 @@
  *
  * Init stream: element e of block l of tensor t draws index rng_offset(t) + e of the Philox
  * stream (seed, mf_rng_stream(0, MF_RNG_INIT, l)), where rng_offset(t) counts the random
- * (lecun/He) elements of block l that precede t in bind order. This is exactly the order in
- * which mf_pairformer_block_init walks its running counter, so mf_params_init gives the
- * same numbers, bit for bit, as mf_pairformer_block_init(…, seed, l) for every block l — and
- * any element can be drawn independently (GPU-friendly), keyed by (seed, block, index).
+ * (lecun/He) elements of block l that precede t in bind order. The init policy (which field
+ * is lecun/He/zeros/ones) lives only in this table: mf_pairformer_block_init is
+ * mf_params_init_block over a one-block table, so mf_params_init gives the same numbers, bit
+ * for bit, as mf_pairformer_block_init(…, seed, l) for every block l — and any element can be
+ * drawn independently (GPU-friendly), keyed by (seed, block, index).
  *
  * Shapes are PyTorch's: linear weights (out, in), with the stacked L axis first. */
 #ifndef MF_MODEL_PARAMS_H
@@ -90,8 +91,16 @@ const mf_param_entry *mf_params_find(const mf_params_table *t, const char *name)
  * moment buffer with the same layout). */
 void mf_params_bind_block(const mf_params_table *t, mf_real *flat, int l, mf_pairformer_block *w);
 
-/* AF3 initialisation of flat (total) from the table (see "Init stream" above). */
+/* AF3 initialisation of flat (total) from the table (see "Init stream" above): for every
+ * block l, mf_params_bind_block then mf_params_init_block(…, l). */
 void mf_params_init(const mf_params_table *t, mf_real *flat, uint64_t seed);
+
+/* Initialises the weights w points at (bound for this table's config, by
+ * mf_params_bind_block or mf_pairformer_block_bind) as block `block` of the stack: the
+ * Philox stream (seed, MF_RNG_INIT, block), draw indices rng_offset(t) + e. `block` may
+ * exceed t->L (a one-block table initialises any block of a larger stack). */
+void mf_params_init_block(const mf_params_table *t, mf_pairformer_block *w, uint64_t seed,
+                          uint32_t block);
 
 /* Name of an init kind ("zeros", "ones", "lecun", "he", "const"). */
 const char *mf_init_kind_name(mf_init_kind k);

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "ops/attention.h"
+#include "ops/gemm.h"
 #include "ops/layernorm.h"
 #include "ops/linear.h"
 
@@ -141,19 +142,18 @@ void mf_apb_backward(mf_real *ds, mf_real *dz, const mf_apb_weights *dw, const m
   const int need_s = ds || g->ln_s_g || g->ln_s_b;
   const int need_z = dz || g->w_z || g->ln_z_g || g->ln_z_b;
   const int64_t nscr = nhd + 5 * hnd + (need_z ? (int64_t)H * n * n : 0) +
-                       (need_s ? 2 * n * Cs : 0) + (need_z ? 2 * n * Cz + n * H + 2 * n : 0);
+                       (need_s ? n * Cs : 0) + (need_z ? 2 * n * Cz + n * H + 2 * n : 0);
   mf_real *buf = scratch(nscr, "apb backward scratch");
   mf_real *dproj = buf, *doh = dproj + nhd, *dqh = doh + hnd, *dkh = dqh + hnd,
           *dvh = dkh + hnd, *dgh = dvh + hnd, *next = dgh + hnd;
-  mf_real *dbias = NULL, *dahat = NULL, *tmp = NULL;
+  mf_real *dbias = NULL, *dahat = NULL;
   if (need_z) {
     dbias = next;
     next += (int64_t)H * n * n;
   }
   if (need_s) {
     dahat = next;
-    tmp = dahat + n * Cs;
-    next = tmp + n * Cs;
+    next = dahat + n * Cs;
   }
 
   /* output projection: d(og) = dΔs·W_o, dW_o += dΔsᵀ·og */
@@ -170,10 +170,9 @@ void mf_apb_backward(mf_real *ds, mf_real *dz, const mf_apb_weights *dw, const m
   const mf_real *dheads[4] = {dqh, dkh, dvh, dgh};
   for (int p = 0; p < 4; p++) {
     from_heads(dproj, dheads[p], N, H, D);
-    mf_real *dinp = need_s ? (p == 0 ? dahat : tmp) : NULL;
+    mf_real *dinp = need_s && p == 0 ? dahat : NULL;
     mf_linear_backward(dinp, gwp[p], p == 0 ? g->b_q : NULL, dproj, L.ahat, wp[p], n, Cs, HD);
-    if (need_s && p > 0)
-      for (int64_t x = 0; x < n * Cs; x++) dahat[x] += tmp[x];
+    if (need_s && p > 0) mf_gemm(0, 0, n, Cs, HD, 1.0, dproj, HD, wp[p], Cs, 1.0, dahat, Cs);
   }
   if (need_s)
     mf_layernorm_backward(ds, g->ln_s_g, g->ln_s_b, dahat, L.mean_s, L.rstd_s, s, w->ln_s_g, n,

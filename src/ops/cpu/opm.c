@@ -7,6 +7,7 @@
 #include "ops/gemm.h"
 #include "ops/layernorm.h"
 #include "ops/linear.h"
+#include "ops/ln_linear.h"
 
 static void opm_check(mf_opm_dims d) {
   MF_ASSERT(d.S > 0 && d.N > 0 && d.Cm > 0 && d.Ch > 0 && d.Cz > 0 && d.chunk >= 0,
@@ -26,13 +27,26 @@ static int opm_chunk(mf_opm_dims d) {
   return r < d.N ? (int)r : d.N;
 }
 
-/* 1 / (eps + Σ_s mask_si·mask_sj) */
-static double opm_inv_count(const uint8_t *mask, int S, int N, int i, int j) {
-  double c = 0;
-  if (!mask) c = S;
-  else
-    for (int s = 0; s < S; s++) c += (mask[(int64_t)s * N + i] != 0) & (mask[(int64_t)s * N + j] != 0);
-  return 1.0 / (MF_OPM_EPS + c);
+/* inv (N, N): inv_ij = 1 / (eps + Σ_s mask_si·mask_sj), computed once per call (mask NULL:
+ * every count is S). The counts are small integers, exact in double. Caller frees. */
+static double *opm_inv_counts(const uint8_t *mask, int S, int N) {
+  int64_t NN = (int64_t)N * N;
+  double *inv = mf_xmalloc((size_t)NN * sizeof(double), "opm counts");
+  if (!mask) {
+    for (int64_t k = 0; k < NN; k++) inv[k] = 1.0 / (MF_OPM_EPS + S);
+    return inv;
+  }
+  for (int64_t k = 0; k < NN; k++) inv[k] = 0;
+  for (int s = 0; s < S; s++) {
+    const uint8_t *ms = mask + (int64_t)s * N;
+    for (int i = 0; i < N; i++) {
+      if (!ms[i]) continue;
+      double *row = inv + (int64_t)i * N;
+      for (int j = 0; j < N; j++) row[j] += ms[j] != 0;
+    }
+  }
+  for (int64_t k = 0; k < NN; k++) inv[k] = 1.0 / (MF_OPM_EPS + inv[k]);
+  return inv;
 }
 
 int64_t mf_opm_weights_bind(mf_opm_weights *w, mf_real *flat, mf_opm_dims d) {
@@ -88,6 +102,7 @@ void mf_opm_forward(mf_real *out, mf_real *saved, const mf_real *m, const uint8_
       }
 
   int r = opm_chunk(d);
+  double *invc = opm_inv_counts(mask, d.S, d.N);
   mf_real *O = scratch((size_t)((int64_t)r * d.Ch * NC), "opm O");
   mf_real *F = scratch((size_t)((int64_t)r * d.N * C2), "opm F");
   for (int i0 = 0; i0 < d.N; i0 += r) {
@@ -97,11 +112,12 @@ void mf_opm_forward(mf_real *out, mf_real *saved, const mf_real *m, const uint8_
     mf_linear_forward(o, F, w->w_o, w->b_o, (int64_t)ri * d.N, (int)C2, d.Cz);
     for (int ii = 0; ii < ri; ii++)
       for (int j = 0; j < d.N; j++) {
-        double inv = opm_inv_count(mask, d.S, d.N, i0 + ii, j);
+        double inv = invc[(int64_t)(i0 + ii) * d.N + j];
         mf_real *oj = o + ((int64_t)ii * d.N + j) * d.Cz;
         for (int c = 0; c < d.Cz; c++) oj[c] = (mf_real)(oj[c] * inv);
       }
   }
+  mf_free(invc);
   mf_free(O);
   mf_free(F);
 }
@@ -124,6 +140,7 @@ void mf_opm_backward(mf_real *dm, const mf_opm_weights *grads, const mf_real *do
   mf_real *dY = scratch((size_t)((int64_t)r * d.N * d.Cz), "opm dY");
   mf_real *F = scratch((size_t)((int64_t)r * d.N * C2), "opm F");
   mf_real *G = scratch((size_t)((int64_t)r * d.N * C2), "opm G");
+  double *invc = opm_inv_counts(mask, d.S, d.N);
 
   /* Pass 1, rows i: dY_ij = dout_ij / count_ij; dW_o += dYᵀ·F, db_o += Σ dY;
    * dF = dY·W_o, permuted to G (ri·Ch, N·Ch); dA[:, i-chunk] = B · Gᵀ. */
@@ -131,7 +148,7 @@ void mf_opm_backward(mf_real *dm, const mf_opm_weights *grads, const mf_real *do
     int ri = i0 + r <= d.N ? r : d.N - i0;
     for (int ii = 0; ii < ri; ii++)
       for (int j = 0; j < d.N; j++) {
-        double inv = opm_inv_count(mask, d.S, d.N, i0 + ii, j);
+        double inv = invc[(int64_t)(i0 + ii) * d.N + j];
         const mf_real *src = dout + ((int64_t)(i0 + ii) * d.N + j) * d.Cz;
         mf_real *dst = dY + ((int64_t)ii * d.N + j) * d.Cz;
         for (int c = 0; c < d.Cz; c++) dst[c] = (mf_real)(src[c] * inv);
@@ -155,7 +172,7 @@ void mf_opm_backward(mf_real *dm, const mf_opm_weights *grads, const mf_real *do
     int rj = j0 + r <= d.N ? r : d.N - j0;
     for (int i = 0; i < d.N; i++)
       for (int jj = 0; jj < rj; jj++) {
-        double inv = opm_inv_count(mask, d.S, d.N, i, j0 + jj);
+        double inv = invc[(int64_t)i * d.N + j0 + jj];
         const mf_real *src = dout + ((int64_t)i * d.N + j0 + jj) * d.Cz;
         mf_real *dst = dY + ((int64_t)i * rj + jj) * d.Cz;
         for (int c = 0; c < d.Cz; c++) dst[c] = (mf_real)(src[c] * inv);
@@ -173,6 +190,7 @@ void mf_opm_backward(mf_real *dm, const mf_opm_weights *grads, const mf_real *do
   mf_free(dY);
   mf_free(F);
   mf_free(G);
+  mf_free(invc);
   if (!need_ab) return;
 
   /* Through the mask, the projections and the LayerNorm. */
@@ -183,19 +201,15 @@ void mf_opm_backward(mf_real *dm, const mf_opm_weights *grads, const mf_real *do
         memset(dB + sn * d.Ch, 0, (size_t)d.Ch * sizeof(mf_real));
       }
   mf_real *x = scratch((size_t)(SN * d.Cm), "opm x");
-  mf_real *st = scratch((size_t)(2 * SN), "opm stats");
-  mf_layernorm_forward(x, st, st + SN, m, w->ln_g, w->ln_b, SN, d.Cm, MF_LN_FULL);
-  mf_free(st);
+  mf_ln_linear_normalize(x, mean, rstd, m, w->ln_g, w->ln_b, SN, d.Cm, MF_LN_FULL);
   mf_real *dx = scratch((size_t)(SN * d.Cm), "opm dx");
-  mf_real *dx2 = scratch((size_t)(SN * d.Cm), "opm dx2");
   mf_linear_backward(dx, g->w_a, NULL, dA, x, w->w_a, SN, d.Cm, d.Ch);
-  mf_linear_backward(dx2, g->w_b, NULL, dB, x, w->w_b, SN, d.Cm, d.Ch);
-  for (int64_t k = 0; k < SN * d.Cm; k++) dx[k] = (mf_real)((double)dx[k] + (double)dx2[k]);
+  mf_linear_backward(NULL, g->w_b, NULL, dB, x, w->w_b, SN, d.Cm, d.Ch);
+  mf_gemm(0, 0, SN, d.Cm, d.Ch, 1.0, dB, d.Ch, w->w_b, d.Cm, 1.0, dx, d.Cm);
   if (dm || g->ln_g || g->ln_b)
     mf_layernorm_backward(dm, g->ln_g, g->ln_b, dx, mean, rstd, m, w->ln_g, SN, d.Cm, MF_LN_FULL);
   mf_free(x);
   mf_free(dx);
-  mf_free(dx2);
   mf_free(dA);
   mf_free(dB);
 }

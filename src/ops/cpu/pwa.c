@@ -8,6 +8,7 @@
 #include "ops/gemm.h"
 #include "ops/layernorm.h"
 #include "ops/linear.h"
+#include "ops/ln_linear.h"
 
 static void pwa_check(mf_pwa_dims d) {
   MF_ASSERT(d.S > 0 && d.N > 0 && d.Cm > 0 && d.Cz > 0 && d.H > 0 && d.Ch > 0,
@@ -188,9 +189,8 @@ void mf_pwa_backward(mf_real *dm, mf_real *dz, const mf_pwa_weights *grads, cons
   /* pair side: LN_z → W_b */
   if (dz || gr->ln_z_g || gr->ln_z_b || gr->w_b) {
     mf_real *zl = scratch((size_t)(NN * d.Cz), "pwa LN(z)");
-    mf_real *st = scratch((size_t)(2 * NN), "pwa stats");
-    mf_layernorm_forward(zl, st, st + NN, z, w->ln_z_g, w->ln_z_b, NN, d.Cz, MF_LN_FULL);
-    mf_free(st);
+    mf_ln_linear_normalize(zl, p.mean_z, p.rstd_z, z, w->ln_z_g, w->ln_z_b, NN, d.Cz,
+                           MF_LN_FULL);
     mf_real *dzl = scratch((size_t)(NN * d.Cz), "pwa dLN(z)");
     mf_linear_backward(dzl, gr->w_b, NULL, db, zl, w->w_b, NN, d.Cz, d.H);
     mf_layernorm_backward(dz, gr->ln_z_g, gr->ln_z_b, dzl, p.mean_z, p.rstd_z, z, w->ln_z_g, NN,
@@ -203,19 +203,15 @@ void mf_pwa_backward(mf_real *dm, mf_real *dz, const mf_pwa_weights *grads, cons
   /* MSA side: v and gate projections → LN_m */
   if (dm || gr->ln_m_g || gr->ln_m_b || gr->w_v || gr->w_g) {
     mf_real *x = scratch((size_t)(SN * d.Cm), "pwa x");
-    mf_real *st = scratch((size_t)(2 * SN), "pwa stats");
-    mf_layernorm_forward(x, st, st + SN, m, w->ln_m_g, w->ln_m_b, SN, d.Cm, MF_LN_FULL);
-    mf_free(st);
+    mf_ln_linear_normalize(x, p.mean_m, p.rstd_m, m, w->ln_m_g, w->ln_m_b, SN, d.Cm, MF_LN_FULL);
     mf_real *dx = scratch((size_t)(SN * d.Cm), "pwa dx");
-    mf_real *dx2 = scratch((size_t)(SN * d.Cm), "pwa dx2");
     mf_linear_backward(dx, gr->w_v, NULL, dv, x, w->w_v, SN, d.Cm, (int)HC);
-    mf_linear_backward(dx2, gr->w_g, NULL, dgp, x, w->w_g, SN, d.Cm, (int)HC);
-    for (int64_t k = 0; k < SN * d.Cm; k++) dx[k] = (mf_real)((double)dx[k] + (double)dx2[k]);
+    mf_linear_backward(NULL, gr->w_g, NULL, dgp, x, w->w_g, SN, d.Cm, (int)HC);
+    mf_gemm(0, 0, SN, d.Cm, HC, 1.0, dgp, HC, w->w_g, d.Cm, 1.0, dx, d.Cm);
     mf_layernorm_backward(dm, gr->ln_m_g, gr->ln_m_b, dx, p.mean_m, p.rstd_m, m, w->ln_m_g, SN,
                           d.Cm, MF_LN_FULL);
     mf_free(x);
     mf_free(dx);
-    mf_free(dx2);
   }
   mf_free(dv);
   mf_free(o);

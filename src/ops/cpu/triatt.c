@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "ops/attention.h"
+#include "ops/gemm.h"
 #include "ops/layernorm.h"
 #include "ops/linear.h"
 
@@ -87,10 +88,6 @@ static void permute_heads(mf_real *dst, const mf_real *src, int N, int H, int D,
       }
 }
 
-static void add_into(mf_real *acc, const mf_real *v, int64_t n) {
-  for (int64_t i = 0; i < n; i++) acc[i] = (mf_real)((double)acc[i] + (double)v[i]);
-}
-
 static mf_attn_dims attn_dims(int N, int H, int D) {
   mf_attn_dims d = {.B = 1, .R = N, .H = H, .Q = N, .K = N, .D = D, .scale = 1.0 / sqrt((double)D)};
   return d;
@@ -154,7 +151,6 @@ static void starting_backward(mf_real *dz, const mf_triatt_weights *grads, const
 
   /* dx (M, C): the bias projection first (assigns), then q, k, v, g (added) */
   mf_real *dx = scratch(M * C, sizeof(mf_real), "triatt dx");
-  mf_real *tmpc = scratch(M * C, sizeof(mf_real), "triatt tmp");
   mf_real *dbl = scratch(M * H, sizeof(mf_real), "triatt dbias (M, H)");
   for (int64_t m = 0; m < M; m++)
     for (int h = 0; h < H; h++) dbl[m * H + h] = dbias[h * M + m];
@@ -166,12 +162,11 @@ static void starting_backward(mf_real *dz, const mf_triatt_weights *grads, const
   mf_real *const proj_g[4] = {GRAD(w_q), GRAD(w_k), GRAD(w_v), GRAD(w_g)};
   for (int p = 0; p < 4; p++) {
     permute_heads(doc, dproj[p], N, H, D, 0); /* doc: free since the W_o backward */
-    mf_linear_backward(tmpc, proj_g[p], NULL, doc, s.x, proj_w[p], M, C, (int)HD);
-    add_into(dx, tmpc, M * C);
+    mf_linear_backward(NULL, proj_g[p], NULL, doc, s.x, proj_w[p], M, C, (int)HD);
+    mf_gemm(0, 0, M, C, HD, 1.0, doc, HD, proj_w[p], C, 1.0, dx, C);
     mf_free(dproj[p]);
   }
   mf_free(doc);
-  mf_free(tmpc);
 
   /* x = LN(z) */
   mf_layernorm_backward(dz, GRAD(ln_g), GRAD(ln_b), dx, s.mu, s.rs, z, w->ln_g, M, C, MF_LN_FULL);

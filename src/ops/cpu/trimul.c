@@ -97,10 +97,6 @@ static void gated_operand_backward(mf_real *dp, mf_real *dgl, const mf_real *dop
   }
 }
 
-static void add_into(mf_real *acc, const mf_real *v, int64_t n) {
-  for (int64_t i = 0; i < n; i++) acc[i] = (mf_real)((double)acc[i] + (double)v[i]);
-}
-
 static void check_args(const mf_trimul_weights *w, int N, int C, int Ch, int outgoing) {
   MF_ASSERT(N > 0 && C > 0 && Ch > 0, "trimul dims N=%d C=%d Ch=%d", N, C, Ch);
   MF_ASSERT(outgoing == 0 || outgoing == 1, "trimul: outgoing=%d must be 0 or 1", outgoing);
@@ -165,7 +161,7 @@ void mf_trimul_backward(mf_real *dz, const mf_trimul_weights *grads, const mf_re
   trimul_saved s;
   carve(&s, (mf_real *)saved, M, C, Ch); /* read only below */
 
-  mf_real *dx = scratch(M * C, "trimul dx"), *tmp = scratch(M * C, "trimul tmp");
+  mf_real *dx = scratch(M * C, "trimul dx");
   mf_real *du = scratch(M * C, "trimul du"), *dgl = scratch(M * C, "trimul dgate");
   /* out = sg ⊙ u: du = dout ⊙ sg, d(gate logit) = dout ⊙ u ⊙ sg(1 − sg) */
   for (int64_t e = 0; e < M * C; e++) {
@@ -207,20 +203,19 @@ void mf_trimul_backward(mf_real *dz, const mf_trimul_weights *grads, const mf_re
    * dy and dt are free now and serve as the (M, Ch) gradients of p and the gate logit. */
   mf_real *dp = dy, *dg = dt;
   gated_operand_backward(dp, dg, dat, s.pa, s.sa, pm, M, Ch);
-  mf_linear_backward(tmp, GRAD(w_ap), NULL, dp, s.x, w->w_ap, M, C, Ch);
-  add_into(dx, tmp, M * C);
-  mf_linear_backward(tmp, GRAD(w_ag), NULL, dg, s.x, w->w_ag, M, C, Ch);
-  add_into(dx, tmp, M * C);
+  mf_linear_backward(NULL, GRAD(w_ap), NULL, dp, s.x, w->w_ap, M, C, Ch);
+  mf_gemm(0, 0, M, C, Ch, 1.0, dp, Ch, w->w_ap, C, 1.0, dx, C);
+  mf_linear_backward(NULL, GRAD(w_ag), NULL, dg, s.x, w->w_ag, M, C, Ch);
+  mf_gemm(0, 0, M, C, Ch, 1.0, dg, Ch, w->w_ag, C, 1.0, dx, C);
   gated_operand_backward(dp, dg, dbt, s.pb, s.sb, pm, M, Ch);
-  mf_linear_backward(tmp, GRAD(w_bp), NULL, dp, s.x, w->w_bp, M, C, Ch);
-  add_into(dx, tmp, M * C);
-  mf_linear_backward(tmp, GRAD(w_bg), NULL, dg, s.x, w->w_bg, M, C, Ch);
-  add_into(dx, tmp, M * C);
+  mf_linear_backward(NULL, GRAD(w_bp), NULL, dp, s.x, w->w_bp, M, C, Ch);
+  mf_gemm(0, 0, M, C, Ch, 1.0, dp, Ch, w->w_bp, C, 1.0, dx, C);
+  mf_linear_backward(NULL, GRAD(w_bg), NULL, dg, s.x, w->w_bg, M, C, Ch);
+  mf_gemm(0, 0, M, C, Ch, 1.0, dg, Ch, w->w_bg, C, 1.0, dx, C);
   mf_free(dat);
   mf_free(dbt);
   mf_free(dy);
   mf_free(dt);
-  mf_free(tmp);
 
   /* x = LN_in(z) */
   mf_layernorm_backward(dz, GRAD(ln_in_g), GRAD(ln_in_b), dx, s.mu_in, s.rs_in, z, w->ln_in_g,
