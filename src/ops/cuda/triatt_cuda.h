@@ -1,0 +1,81 @@
+/* triatt_cuda.h — triangle attention (AF3 SI Alg 14 starting node / Alg 15 ending node) on
+ * the GPU as one module, forward and backward (the function of src/ops/triatt.h, which the
+ * CPU reference computes), bf16 with fp32 accumulation and fp32 LayerNorm statistics:
+ *
+ *   x̂ = LN(z) (staging) → ONE GEMM against w_qkvbg (4·HD + H, C) whose rows are
+ *   [W_q; W_k; W_v; W_b; W_g] (the CPU bind order, so a block's bf16 weights are used in
+ *   place) → q, k, v, g in the attention layout (rows, H, N, D) and the bias (H, N, N)
+ *   → EvoFlash-3D (mf_attention_forward_cuda, gate σ(g) fused) → o (N, N, HD)
+ *   → GEMM with W_o → out = Δz, or, with rd, out += mask ⊙ Δz (residual + row/column
+ *   dropout fused, as trimul_cuda.h).
+ * The ending node runs the starting node on the transposed pair tensor (z_ji) with the
+ * transposed pair mask and transposes the update back; the transposes are fused into the
+ * kernels that re-layout q/k/v/g/bias and scatter the output where possible.
+ *
+ * Saved for the backward (mf_triatt_cuda_saved_bytes): LN statistics (fp32), the softmax
+ * log-sum-exp (fp32) and the gated attention output (bf16). q, k, v, g and the bias are
+ * recomputed from z by the backward (one GEMM), so saved stays O(N²·(HD/2 + H)) bytes.
+ * Transient tensors live in the caller's workspace (mf_triatt_cuda_workspace bytes), which
+ * the forward and the backward may reuse freely between calls.
+ *
+ * Gradient contract (as trimul_cuda.h): parameter gradients ACCUMULATE (fp32; a NULL field
+ * or struct skips); dz ASSIGNS — except with a residual (rd != NULL), where dz ACCUMULATES
+ * (dz += ∂Δz/∂z with dΔz = dout ⊙ mask), so the caller passes dz holding the residual
+ * path's gradient (dz may equal dout). The forward with rd adds into out; out may then not
+ * be z (the backward needs the pre-update z). pm is the pair mask (N, N) uint8 or NULL.
+ * Determinism: no float atomics; two runs are bit-identical.
+ * Requirements: D % 8 == 0, D <= 64, C <= 1024. Not the CPU reference. */
+#ifndef MF_OPS_CUDA_TRIATT_CUDA_H
+#define MF_OPS_CUDA_TRIATT_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "ops/cuda/dropout_cuda.h"
+#include "ops/cuda/gemm_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  const __nv_bfloat16 *ln_g, *ln_b; /* (C) */
+  const __nv_bfloat16 *w_qkvbg;     /* (4·H·D + H, C): W_q, W_k, W_v (H·D, C), W_b (H, C), W_g (H·D, C) */
+  const __nv_bfloat16 *w_o;         /* (C, H·D) */
+} mf_triatt_cuda_weights;
+
+typedef struct {
+  float *ln_g, *ln_b; /* (C) */
+  float *w_qkvbg;     /* (4·H·D + H, C) */
+  float *w_o;         /* (C, H·D) */
+} mf_triatt_cuda_grads;
+
+/* Bytes of the saved buffer for N tokens. */
+size_t mf_triatt_cuda_saved_bytes(int N, int C, int H, int D);
+/* Bytes of the workspace the forward and the backward take. */
+size_t mf_triatt_cuda_workspace(int N, int C, int H, int D);
+
+/* out (N, N, C) = Δz, or += mask ⊙ Δz with rd; saved filled for the backward;
+ * z (N, N, C); pm (N, N) or NULL; starting = 1 (Alg 14) or 0 (ending node, Alg 15). */
+void mf_triatt_forward_cuda(__nv_bfloat16 *out, void *saved, const __nv_bfloat16 *z,
+                            const uint8_t *pm, const mf_triatt_cuda_weights *w, int N, int C,
+                            int H, int D, int starting, const mf_resdrop_cuda *rd, void *ws,
+                            size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream);
+
+/* dz (N, N, C): see the contract above; g: parameter gradients or NULL;
+ * dout (N, N, C); saved, z, pm, w, flags as in the forward. */
+void mf_triatt_backward_cuda(__nv_bfloat16 *dz, const mf_triatt_cuda_grads *g,
+                             const __nv_bfloat16 *dout, const void *saved,
+                             const __nv_bfloat16 *z, const uint8_t *pm,
+                             const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
+                             int starting, const mf_resdrop_cuda *rd, void *ws, size_t ws_bytes,
+                             const mf_cuda_blas *blas, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
