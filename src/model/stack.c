@@ -17,8 +17,15 @@ static int64_t input_elems(int N, const mf_pairformer_config *c) {
   return (int64_t)N * c->c_s + (int64_t)N * N * c->c_z;
 }
 
-mf_status mf_stack_plan_make(mf_stack_plan *p, const mf_pairformer_config *c, int L, int N,
-                             mf_stack_policy policy, size_t elem_bytes) {
+/* The CPU sizer: elem_bytes (the ctx) per element of the CPU reference's layout. */
+static mf_stack_sizes cpu_sizes(const mf_pairformer_config *c, int N, void *ctx) {
+  int64_t eb = (int64_t)*(const size_t *)ctx, I = input_elems(N, c) * eb;
+  mf_stack_sizes z = {I, (int64_t)mf_pairformer_block_saved_size(N, c) * eb, I, 0};
+  return z;
+}
+
+mf_status mf_stack_plan_sized(mf_stack_plan *p, const mf_pairformer_config *c, int L, int N,
+                              mf_stack_policy policy, mf_stack_sizer sizer, void *ctx) {
   memset(p, 0, sizeof *p);
   mf_status st = mf_pairformer_config_check(c);
   if (st != MF_OK) return st;
@@ -27,7 +34,6 @@ mf_status mf_stack_plan_make(mf_stack_plan *p, const mf_pairformer_config *c, in
                         MF_PARAMS_MAX_BLOCKS);
   if (N < 1 || N > (1 << 17))
     return mf_error_set(MF_ERR_CONFIG, "stack plan: N = %d, must be in [1, %d]", N, 1 << 17);
-  if (elem_bytes == 0) return mf_error_set(MF_ERR_CONFIG, "stack plan: elem_bytes = 0");
   int seg;
   switch (policy.kind) {
     case MF_STACK_RECOMPUTE: seg = 1; break;
@@ -41,18 +47,18 @@ mf_status mf_stack_plan_make(mf_stack_plan *p, const mf_pairformer_config *c, in
     default:
       return mf_error_set(MF_ERR_CONFIG, "stack plan: unknown policy %d", (int)policy.kind);
   }
-  int64_t I = input_elems(N, c), W = (int64_t)mf_pairformer_block_saved_size(N, c);
-  int64_t eb = (int64_t)elem_bytes;
+  mf_stack_sizes z = sizer(c, N, ctx);
   p->L = L;
   p->N = N;
   p->seg = seg;
   p->n_seg = (L + seg - 1) / seg;
   p->n_workspaces = policy.kind == MF_STACK_KEEP_ALL ? L : 1;
-  p->input_bytes = (int64_t)(p->n_seg - 1 + seg - 1) * I * eb;
-  p->workspace_bytes = (int64_t)p->n_workspaces * W * eb;
-  p->grad_bytes = L > 1 ? I * eb : 0;
+  p->input_bytes = (int64_t)(p->n_seg - 1 + seg - 1) * z.input_bytes;
+  p->workspace_bytes = (int64_t)p->n_workspaces * z.saved_bytes;
+  p->grad_bytes = L > 1 ? z.grad_bytes : 0;
   p->saved_bytes = p->input_bytes + p->workspace_bytes;
-  p->total_bytes = p->saved_bytes + p->grad_bytes;
+  p->fixed_bytes = z.fixed_bytes;
+  p->total_bytes = p->saved_bytes + p->grad_bytes + p->fixed_bytes;
   /* a non-last segment: its inner inputs (seg − 1 forwards), then every block's workspace
    * (seg); the last segment: every workspace but the last block's */
   int last_len = L - (p->n_seg - 1) * seg;
@@ -60,20 +66,29 @@ mf_status mf_stack_plan_make(mf_stack_plan *p, const mf_pairformer_config *c, in
   return MF_OK;
 }
 
-static int fits(const mf_pairformer_config *c, int L, int N, mf_stack_policy policy,
-                size_t elem_bytes, int64_t budget) {
-  mf_stack_plan p;
-  return mf_stack_plan_make(&p, c, L, N, policy, elem_bytes) == MF_OK && p.total_bytes <= budget;
+mf_status mf_stack_plan_make(mf_stack_plan *p, const mf_pairformer_config *c, int L, int N,
+                             mf_stack_policy policy, size_t elem_bytes) {
+  if (elem_bytes == 0) {
+    memset(p, 0, sizeof *p);
+    return mf_error_set(MF_ERR_CONFIG, "stack plan: elem_bytes = 0");
+  }
+  return mf_stack_plan_sized(p, c, L, N, policy, cpu_sizes, &elem_bytes);
 }
 
-int mf_stack_max_n(const mf_pairformer_config *c, int L, mf_stack_policy policy,
-                   size_t elem_bytes, int64_t budget_bytes) {
-  if (!fits(c, L, 1, policy, elem_bytes, budget_bytes)) return 0;
+static int fits(const mf_pairformer_config *c, int L, int N, mf_stack_policy policy,
+                mf_stack_sizer sizer, void *ctx, int64_t budget) {
+  mf_stack_plan p;
+  return mf_stack_plan_sized(&p, c, L, N, policy, sizer, ctx) == MF_OK && p.total_bytes <= budget;
+}
+
+int mf_stack_max_n_sized(const mf_pairformer_config *c, int L, mf_stack_policy policy,
+                         mf_stack_sizer sizer, void *ctx, int64_t budget_bytes) {
+  if (!fits(c, L, 1, policy, sizer, ctx, budget_bytes)) return 0;
   int lo = 1, hi = 1 << 17; /* bytes grow with N: lo fits; find the last N that fits */
-  if (fits(c, L, hi, policy, elem_bytes, budget_bytes)) return hi;
+  if (fits(c, L, hi, policy, sizer, ctx, budget_bytes)) return hi;
   while (hi - lo > 1) {
     int mid = lo + (hi - lo) / 2;
-    if (fits(c, L, mid, policy, elem_bytes, budget_bytes))
+    if (fits(c, L, mid, policy, sizer, ctx, budget_bytes))
       lo = mid;
     else
       hi = mid;
@@ -81,14 +96,21 @@ int mf_stack_max_n(const mf_pairformer_config *c, int L, mf_stack_policy policy,
   return lo;
 }
 
-mf_status mf_stack_plan_fit(mf_stack_plan *p, const mf_pairformer_config *c, int L, int N,
-                            mf_stack_policy policy, size_t elem_bytes, int64_t budget_bytes) {
+int mf_stack_max_n(const mf_pairformer_config *c, int L, mf_stack_policy policy,
+                   size_t elem_bytes, int64_t budget_bytes) {
+  if (elem_bytes == 0) return 0;
+  return mf_stack_max_n_sized(c, L, policy, cpu_sizes, &elem_bytes, budget_bytes);
+}
+
+mf_status mf_stack_plan_fit_sized(mf_stack_plan *p, const mf_pairformer_config *c, int L, int N,
+                                  mf_stack_policy policy, mf_stack_sizer sizer, void *ctx,
+                                  int64_t budget_bytes) {
   mf_stack_plan tmp;
   if (!p) p = &tmp;
-  mf_status st = mf_stack_plan_make(p, c, L, N, policy, elem_bytes);
+  mf_status st = mf_stack_plan_sized(p, c, L, N, policy, sizer, ctx);
   if (st != MF_OK) return st;
   if (p->total_bytes <= budget_bytes) return MF_OK;
-  int best = mf_stack_max_n(c, L, policy, elem_bytes, budget_bytes);
+  int best = mf_stack_max_n_sized(c, L, policy, sizer, ctx, budget_bytes);
   const double gib = 1024.0 * 1024.0 * 1024.0;
   if (best == 0)
     return mf_error_set(MF_ERR_CONFIG,
@@ -102,6 +124,15 @@ mf_status mf_stack_plan_fit(mf_stack_plan *p, const mf_pairformer_config *c, int
                       "fits is %d",
                       N, L, p->total_bytes / gib, mf_stack_policy_name(policy.kind), p->seg,
                       budget_bytes / gib, best);
+}
+
+mf_status mf_stack_plan_fit(mf_stack_plan *p, const mf_pairformer_config *c, int L, int N,
+                            mf_stack_policy policy, size_t elem_bytes, int64_t budget_bytes) {
+  if (elem_bytes == 0) {
+    if (p) memset(p, 0, sizeof *p);
+    return mf_error_set(MF_ERR_CONFIG, "stack plan: elem_bytes = 0");
+  }
+  return mf_stack_plan_fit_sized(p, c, L, N, policy, cpu_sizes, &elem_bytes, budget_bytes);
 }
 
 mf_status mf_stack_init(mf_stack *st, const mf_params_table *t, mf_stack_policy policy,

@@ -60,7 +60,9 @@ typedef struct {
   int64_t workspace_bytes;/* block workspaces */
   int64_t grad_bytes;     /* backward ping-pong */
   int64_t saved_bytes;    /* inputs + workspaces: the saved activations */
-  int64_t total_bytes;    /* saved + grad: what the stack allocates */
+  int64_t fixed_bytes;    /* what does not depend on the policy (GPU: the ops' transient
+                           * workspace, masks); 0 on the CPU */
+  int64_t total_bytes;    /* saved + grad + fixed: what the stack allocates */
   int recomputed_blocks;  /* block forwards rerun by one backward */
 } mf_stack_plan;
 
@@ -68,6 +70,25 @@ typedef struct {
  * this CPU stack). MF_ERR_CONFIG for a bad config, L, N or policy. */
 mf_status mf_stack_plan_make(mf_stack_plan *p, const mf_pairformer_config *c, int L, int N,
                              mf_stack_policy policy, size_t elem_bytes);
+/* Per-block sizes at crop N, in bytes, from which any plan is made: one block input, one
+ * block's saved workspace, the backward's gradient buffer and the policy-independent rest.
+ * The CPU stack's sizer is elem_bytes·(I, W, I, 0); the GPU stack has its own. */
+typedef struct {
+  int64_t input_bytes, saved_bytes, grad_bytes, fixed_bytes;
+} mf_stack_sizes;
+typedef mf_stack_sizes (*mf_stack_sizer)(const mf_pairformer_config *c, int N, void *ctx);
+
+/* The plan from a sizer (mf_stack_plan_make is this with the CPU sizer). */
+mf_status mf_stack_plan_sized(mf_stack_plan *p, const mf_pairformer_config *c, int L, int N,
+                              mf_stack_policy policy, mf_stack_sizer sizer, void *ctx);
+/* The largest N <= 1<<17 whose sized plan fits in budget_bytes (0 when none does). */
+int mf_stack_max_n_sized(const mf_pairformer_config *c, int L, mf_stack_policy policy,
+                         mf_stack_sizer sizer, void *ctx, int64_t budget_bytes);
+/* mf_stack_plan_fit with a sizer. */
+mf_status mf_stack_plan_fit_sized(mf_stack_plan *p, const mf_pairformer_config *c, int L, int N,
+                                  mf_stack_policy policy, mf_stack_sizer sizer, void *ctx,
+                                  int64_t budget_bytes);
+
 /* The largest N <= 1<<17 whose plan fits in budget_bytes (0 when none does). */
 int mf_stack_max_n(const mf_pairformer_config *c, int L, mf_stack_policy policy,
                    size_t elem_bytes, int64_t budget_bytes);

@@ -1,0 +1,373 @@
+/* test_pairformer_gpu.cu — GPU test of the Pairformer block and stack
+ * (src/model/cuda/pairformer_cuda.cu) against the CPU reference stack built in double
+ * (model/stack.h over model/pairformer.h): the same parameter table, weights and inputs
+ * (rounded to bf16 first, so only the GPU's arithmetic is measured), token masks with a
+ * masked token, dropout on (the same Philox masks on both sides), L = 1 and L = 2. Every
+ * output and every parameter tensor's gradient is compared by relative error. Then, on the
+ * GPU alone: the three checkpointing policies give bit-identical outputs and gradients,
+ * two runs are bit-identical, gradients accumulate, and the planner refuses a crop that
+ * does not fit with the largest N that does. With MF_PARITY_OUT=dir set it also writes
+ * the GPU's results of one case as a parity bundle for tools/reference/parity.py.
+ * Prints (does not assert) one block's forward/backward time at a few N. Needs a GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../harness.h"
+#include "model/cuda/pairformer_cuda.h"
+#include "model/params.h"
+#include "model/stack.h"
+#include "ops/cuda/device.h"
+#include "ops/cuda/gpu.h"
+
+#define TOL 3e-2
+
+/* ---------------------------------------------------------------- device helpers */
+static double bf16r(double x) { return mf_f32_from_bf16(mf_bf16_from_f32((float)x)); }
+
+static void *dalloc(size_t bytes) {
+  void *d = NULL;
+  MF_CHECK_CUDA(cudaMalloc(&d, bytes ? bytes : 16));
+  return d;
+}
+static mf_bf16_t *up_bf16(const double *x, int64_t n) {
+  mf_bf16 *h = (mf_bf16 *)malloc((size_t)(n ? n : 1) * sizeof(mf_bf16));
+  MF_CHECK_PTR(h);
+  for (int64_t i = 0; i < n; i++) h[i] = mf_bf16_from_f32((float)x[i]);
+  mf_bf16_t *d = (mf_bf16_t *)dalloc((size_t)n * 2);
+  MF_CHECK_CUDA(cudaMemcpy(d, h, (size_t)n * 2, cudaMemcpyHostToDevice));
+  free(h);
+  return d;
+}
+static float *up_f32(const double *x, int64_t n) {
+  float *h = (float *)malloc((size_t)(n ? n : 1) * sizeof(float));
+  MF_CHECK_PTR(h);
+  for (int64_t i = 0; i < n; i++) h[i] = (float)x[i];
+  float *d = (float *)dalloc((size_t)n * 4);
+  MF_CHECK_CUDA(cudaMemcpy(d, h, (size_t)n * 4, cudaMemcpyHostToDevice));
+  free(h);
+  return d;
+}
+static void down_bf16(double *x, const mf_bf16_t *d, int64_t n) {
+  mf_bf16 *h = (mf_bf16 *)malloc((size_t)(n ? n : 1) * sizeof(mf_bf16));
+  MF_CHECK_PTR(h);
+  MF_CHECK_CUDA(cudaMemcpy(h, d, (size_t)n * 2, cudaMemcpyDeviceToHost));
+  for (int64_t i = 0; i < n; i++) x[i] = mf_f32_from_bf16(h[i]);
+  free(h);
+}
+static void down_f32(double *x, const float *d, int64_t n) {
+  float *h = (float *)malloc((size_t)(n ? n : 1) * sizeof(float));
+  MF_CHECK_PTR(h);
+  MF_CHECK_CUDA(cudaMemcpy(h, d, (size_t)n * 4, cudaMemcpyDeviceToHost));
+  for (int64_t i = 0; i < n; i++) x[i] = h[i];
+  free(h);
+}
+static void *fetch(const void *d, size_t bytes) {
+  void *h = malloc(bytes ? bytes : 1);
+  MF_CHECK_PTR(h);
+  MF_CHECK_CUDA(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+static mf_pairformer_config small_config(void) {
+  mf_pairformer_config c = {.c_s = 32, .c_z = 16, .c_mul = 16, .h_tri = 2, .d_tri = 8,
+                            .h_s = 2, .d_s = 16, .n_trans = 2, .p_drop = 0.25};
+  return c;
+}
+
+/* Parameters: the AF3 initialisation, then every element perturbed (the zero-initialised
+ * gates and output projections would hide most gradients), rounded to bf16. */
+static void make_params(double *p, const mf_params_table *t, uint64_t seed) {
+  mf_params_init(t, p, seed);
+  double *noise = (double *)malloc((size_t)t->total * sizeof(double));
+  MF_CHECK_PTR(noise);
+  mf_test_randn(noise, t->total, seed + 17, 0.05);
+  for (int64_t i = 0; i < t->total; i++) p[i] = bf16r(p[i] + noise[i]);
+  free(noise);
+}
+
+/* One problem: inputs, output gradients, mask (host, bf16-representable doubles). */
+typedef struct {
+  int N, L, masked, training;
+  mf_pairformer_config c;
+  mf_params_table t;
+  double *params, *s, *z, *dso, *dzo;
+  uint8_t *mask;
+  int64_t sn, zn;
+} problem;
+
+static void problem_make(problem *P, mf_pairformer_config c, int L, int N, int masked,
+                         int training, uint64_t seed) {
+  memset(P, 0, sizeof *P);
+  P->N = N;
+  P->L = L;
+  P->masked = masked;
+  P->training = training;
+  P->c = c;
+  MF_ASSERT(mf_params_build_pairformer(&P->t, &c, L) == MF_OK, "%s", mf_error_message());
+  P->sn = (int64_t)N * c.c_s;
+  P->zn = (int64_t)N * N * c.c_z;
+  P->params = mf_test_alloc(P->t.total);
+  make_params(P->params, &P->t, seed);
+  P->s = mf_test_alloc(P->sn);
+  P->z = mf_test_alloc(P->zn);
+  P->dso = mf_test_alloc(P->sn);
+  P->dzo = mf_test_alloc(P->zn);
+  mf_test_randn(P->s, P->sn, seed + 1, 1.0);
+  mf_test_randn(P->z, P->zn, seed + 2, 1.0);
+  mf_test_randn(P->dso, P->sn, seed + 3, 1.0);
+  mf_test_randn(P->dzo, P->zn, seed + 4, 1.0);
+  for (int64_t i = 0; i < P->sn; i++) P->s[i] = bf16r(P->s[i]), P->dso[i] = bf16r(P->dso[i]);
+  for (int64_t i = 0; i < P->zn; i++) P->z[i] = bf16r(P->z[i]), P->dzo[i] = bf16r(P->dzo[i]);
+  if (masked) {
+    P->mask = (uint8_t *)malloc((size_t)N);
+    MF_CHECK_PTR(P->mask);
+    for (int i = 0; i < N; i++) P->mask[i] = (uint8_t)(N == 1 || i % 5 != 3);
+  }
+}
+
+static void problem_free(problem *P) {
+  mf_params_free(&P->t);
+  free(P->mask);
+}
+
+/* The reference: the CPU stack in double. */
+typedef struct {
+  double *so, *zo, *ds, *dz, *grads;
+} results;
+
+static void cpu_run(const problem *P, results *r) {
+  r->so = mf_test_alloc(P->sn);
+  r->zo = mf_test_alloc(P->zn);
+  r->ds = mf_test_alloc(P->sn);
+  r->dz = mf_test_alloc(P->zn);
+  r->grads = mf_test_alloc(P->t.total);
+  mf_stack st;
+  mf_stack_policy pol = {MF_STACK_RECOMPUTE, 0};
+  MF_ASSERT(mf_stack_init(&st, &P->t, pol, P->N, 0) == MF_OK, "%s", mf_error_message());
+  mf_stack_rng rng = {7, 3, P->training};
+  mf_stack_forward(&st, r->so, r->zo, P->s, P->z, P->mask, P->params, P->N, rng);
+  mf_stack_backward(&st, r->ds, r->dz, r->grads, P->dso, P->dzo, P->s, P->z, P->mask, P->params,
+                    P->N, rng);
+  mf_stack_free(&st);
+}
+
+/* The GPU: raw device results of one run. */
+typedef struct {
+  mf_bf16_t *so, *zo, *ds, *dz;
+  float *grads;
+} gpu_results;
+
+static void gpu_run(const problem *P, mf_stack_policy pol, gpu_results *g, int reps) {
+  mf_pf_cuda_stack st;
+  MF_ASSERT(mf_pf_cuda_stack_init(&st, &P->t, pol, P->N, 0, 0) == MF_OK, "%s",
+            mf_error_message());
+  float *master = up_f32(P->params, P->t.total);
+  mf_pf_cuda_stack_set_params(&st, master);
+  mf_bf16_t *s = up_bf16(P->s, P->sn), *z = up_bf16(P->z, P->zn);
+  uint8_t *mask = NULL;
+  if (P->mask) {
+    mask = (uint8_t *)dalloc((size_t)P->N);
+    MF_CHECK_CUDA(cudaMemcpy(mask, P->mask, (size_t)P->N, cudaMemcpyHostToDevice));
+  }
+  g->so = (mf_bf16_t *)dalloc((size_t)P->sn * 2);
+  g->zo = (mf_bf16_t *)dalloc((size_t)P->zn * 2);
+  g->grads = (float *)dalloc((size_t)P->t.total * 4);
+  MF_CHECK_CUDA(cudaMemset(g->so, 0xff, (size_t)P->sn * 2)); /* NaN: unwritten fails */
+  MF_CHECK_CUDA(cudaMemset(g->zo, 0xff, (size_t)P->zn * 2));
+  MF_CHECK_CUDA(cudaMemset(g->grads, 0, (size_t)P->t.total * 4));
+  mf_stack_rng rng = {7, 3, P->training};
+  for (int rep = 0; rep < reps; rep++) { /* reps > 1: gradients accumulate */
+    mf_pf_cuda_stack_forward(&st, (__nv_bfloat16 *)g->so, (__nv_bfloat16 *)g->zo,
+                             (const __nv_bfloat16 *)s, (const __nv_bfloat16 *)z, mask, P->N, rng);
+    if (rep == 0) {
+      g->ds = up_bf16(P->dso, P->sn);
+      g->dz = up_bf16(P->dzo, P->zn);
+    } else {
+      mf_bf16_t *a = up_bf16(P->dso, P->sn), *b = up_bf16(P->dzo, P->zn);
+      MF_CHECK_CUDA(cudaMemcpy(g->ds, a, (size_t)P->sn * 2, cudaMemcpyDeviceToDevice));
+      MF_CHECK_CUDA(cudaMemcpy(g->dz, b, (size_t)P->zn * 2, cudaMemcpyDeviceToDevice));
+      cudaFree(a);
+      cudaFree(b);
+    }
+    mf_pf_cuda_stack_backward(&st, (__nv_bfloat16 *)g->ds, (__nv_bfloat16 *)g->dz, g->grads,
+                              (const __nv_bfloat16 *)s, (const __nv_bfloat16 *)z, mask, P->N, rng);
+  }
+  MF_CHECK_CUDA(cudaDeviceSynchronize());
+  mf_pf_cuda_stack_free(&st);
+  cudaFree(master);
+  cudaFree(s);
+  cudaFree(z);
+  cudaFree(mask);
+}
+
+static void gpu_free(gpu_results *g) {
+  cudaFree(g->so);
+  cudaFree(g->zo);
+  cudaFree(g->ds);
+  cudaFree(g->dz);
+  cudaFree(g->grads);
+  memset(g, 0, sizeof *g);
+}
+
+static int gpu_same(const problem *P, const gpu_results *a, const gpu_results *b) {
+  const void *pa[5] = {a->so, a->zo, a->ds, a->dz, a->grads};
+  const void *pb[5] = {b->so, b->zo, b->ds, b->dz, b->grads};
+  size_t by[5] = {(size_t)P->sn * 2, (size_t)P->zn * 2, (size_t)P->sn * 2, (size_t)P->zn * 2,
+                  (size_t)P->t.total * 4};
+  int same = 1;
+  for (int k = 0; k < 5; k++) {
+    void *x = fetch(pa[k], by[k]), *y = fetch(pb[k], by[k]);
+    same &= memcmp(x, y, by[k]) == 0;
+    free(x);
+    free(y);
+  }
+  return same;
+}
+
+/* ---------------------------------------------------------------- the cases */
+
+static void check_vs_cpu(const char *name, mf_pairformer_config c, int L, int N, int masked,
+                         int training, uint64_t seed) {
+  problem P;
+  problem_make(&P, c, L, N, masked, training, seed);
+  results r;
+  cpu_run(&P, &r);
+  gpu_results g;
+  mf_stack_policy pol = {MF_STACK_RECOMPUTE, 0};
+  gpu_run(&P, pol, &g, 1);
+  double *x = mf_test_alloc(P.zn > P.t.total ? P.zn : P.t.total);
+  char what[160];
+#define CMP(label, dev, kind, ref, n)                                                    \
+  do {                                                                                   \
+    if (kind) down_f32(x, (const float *)(dev), n); else down_bf16(x, (const mf_bf16_t *)(dev), n); \
+    snprintf(what, sizeof what, "%s %s", name, label);                                   \
+    double e = mf_test_relerr(x, ref, n);                                                \
+    printf("  %-44s rel err %.2e\n", what, e);                                           \
+    MF_TEST(e <= TOL, "%s: rel err %.3e > %.1e", what, e, TOL);                          \
+  } while (0)
+  CMP("out.s", g.so, 0, r.so, P.sn);
+  CMP("out.z", g.zo, 0, r.zo, P.zn);
+  CMP("grad.in.s", g.ds, 0, r.ds, P.sn);
+  CMP("grad.in.z", g.dz, 0, r.dz, P.zn);
+  double *gall = mf_test_alloc(P.t.total);
+  down_f32(gall, g.grads, P.t.total);
+  double worst = 0;
+  const char *worst_name = "";
+  for (int i = 0; i < P.t.n; i++) {
+    const mf_param_entry *e = &P.t.entries[i];
+    double err = mf_test_relerr(gall + e->offset, r.grads + e->offset, e->numel);
+    snprintf(what, sizeof what, "%s grad.%s", name, e->name);
+    MF_TEST(err <= TOL, "%s: rel err %.3e > %.1e", what, err, TOL);
+    if (err > worst || err != err) worst = err, worst_name = e->name;
+  }
+  printf("  %-44s worst param grad %.2e (%s)\n", name, worst, worst_name);
+#undef CMP
+  gpu_free(&g);
+  problem_free(&P);
+}
+
+static void check_policies(void) {
+  problem P;
+  problem_make(&P, small_config(), 5, 33, 1, 1, 91);
+  gpu_results a, b, k2, all, twice;
+  gpu_run(&P, (mf_stack_policy){MF_STACK_RECOMPUTE, 0}, &a, 1);
+  gpu_run(&P, (mf_stack_policy){MF_STACK_RECOMPUTE, 0}, &b, 1);
+  gpu_run(&P, (mf_stack_policy){MF_STACK_EVERY_K, 2}, &k2, 1);
+  gpu_run(&P, (mf_stack_policy){MF_STACK_KEEP_ALL, 0}, &all, 1);
+  MF_TEST(gpu_same(&P, &a, &b), "two runs are bit-identical");
+  MF_TEST(gpu_same(&P, &a, &k2), "every-2 checkpointing gives bit-identical results");
+  MF_TEST(gpu_same(&P, &a, &all), "keep-all gives bit-identical results");
+  /* parameter gradients accumulate: two forward/backward rounds give twice the gradient */
+  gpu_run(&P, (mf_stack_policy){MF_STACK_RECOMPUTE, 0}, &twice, 2);
+  double *g1 = mf_test_alloc(P.t.total), *g2 = mf_test_alloc(P.t.total);
+  down_f32(g1, a.grads, P.t.total);
+  down_f32(g2, twice.grads, P.t.total);
+  for (int64_t i = 0; i < P.t.total; i++) g1[i] *= 2;
+  MF_TEST(mf_test_relerr(g2, g1, P.t.total) < 1e-6, "gradients accumulate (2 rounds = 2×)");
+  gpu_free(&a);
+  gpu_free(&b);
+  gpu_free(&k2);
+  gpu_free(&all);
+  gpu_free(&twice);
+  problem_free(&P);
+}
+
+static void check_planner(void) {
+  mf_pairformer_config c = mf_pairformer_config_default();
+  mf_params_table t;
+  MF_ASSERT(mf_params_build_pairformer(&t, &c, 48) == MF_OK, "%s", mf_error_message());
+  mf_pf_cuda_stack st;
+  int64_t budget = (int64_t)8 << 30;
+  mf_status s = mf_pf_cuda_stack_init(&st, &t, (mf_stack_policy){MF_STACK_RECOMPUTE, 0}, 4096,
+                                      budget, 0);
+  MF_TEST(s == MF_ERR_CONFIG && strstr(mf_error_message(), "largest N that fits"),
+          "a crop that does not fit is refused naming the largest N (%s)", mf_error_message());
+  int n = mf_stack_max_n_sized(&c, 48, (mf_stack_policy){MF_STACK_RECOMPUTE, 0},
+                               mf_pf_cuda_sizes, NULL, budget);
+  mf_stack_plan p;
+  MF_TEST(n > 0 && mf_stack_plan_fit_sized(&p, &c, 48, n, (mf_stack_policy){MF_STACK_RECOMPUTE, 0},
+                                           mf_pf_cuda_sizes, NULL, budget) == MF_OK,
+          "the largest N (%d) fits", n);
+  printf("  planner: 48 blocks in 8 GiB fit N <= %d (recompute)\n", n);
+  mf_pf_cuda_stack_free(&st);
+  mf_params_free(&t);
+}
+
+static void time_block(int N) {
+  mf_pairformer_config c = mf_pairformer_config_default();
+  problem P;
+  problem_make(&P, c, 1, N, 0, 1, 5);
+  mf_pf_cuda_stack st;
+  MF_ASSERT(mf_pf_cuda_stack_init(&st, &P.t, (mf_stack_policy){MF_STACK_RECOMPUTE, 0}, N, 0, 0) ==
+                MF_OK, "%s", mf_error_message());
+  float *master = up_f32(P.params, P.t.total), *grads = (float *)dalloc((size_t)P.t.total * 4);
+  mf_pf_cuda_stack_set_params(&st, master);
+  mf_bf16_t *s = up_bf16(P.s, P.sn), *z = up_bf16(P.z, P.zn), *so = up_bf16(P.s, P.sn),
+            *zo = up_bf16(P.z, P.zn), *ds = up_bf16(P.dso, P.sn), *dz = up_bf16(P.dzo, P.zn);
+  mf_stack_rng rng = {1, 1, 1};
+  cudaEvent_t e0, e1, e2;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaEventCreate(&e2);
+  float tf = 0, tb = 0;
+  for (int rep = 0; rep < 5; rep++) {
+    cudaEventRecord(e0);
+    mf_pf_cuda_stack_forward(&st, (__nv_bfloat16 *)so, (__nv_bfloat16 *)zo, (__nv_bfloat16 *)s,
+                             (__nv_bfloat16 *)z, NULL, N, rng);
+    cudaEventRecord(e1);
+    mf_pf_cuda_stack_backward(&st, (__nv_bfloat16 *)ds, (__nv_bfloat16 *)dz, grads,
+                              (__nv_bfloat16 *)s, (__nv_bfloat16 *)z, NULL, N, rng);
+    cudaEventRecord(e2);
+    cudaEventSynchronize(e2);
+    float a, b;
+    cudaEventElapsedTime(&a, e0, e1);
+    cudaEventElapsedTime(&b, e1, e2);
+    if (rep >= 2) tf += a / 3, tb += b / 3;
+  }
+  printf("  timing (not a benchmark): one AF3 block N = %d: fwd %.2f ms, bwd %.2f ms, "
+         "arena %.2f GiB\n", N, tf, tb, st.plan.total_bytes / 1073741824.0);
+  cudaFree(master); cudaFree(grads); cudaFree(s); cudaFree(z); cudaFree(so); cudaFree(zo);
+  cudaFree(ds); cudaFree(dz);
+  mf_pf_cuda_stack_free(&st);
+  problem_free(&P);
+}
+
+int main(void) {
+  MF_ASSERT(mf_cuda_init(0) == MF_OK, "%s", mf_error_message());
+  mf_test_begin("test_pairformer_gpu");
+  mf_pairformer_config af3 = mf_pairformer_config_default();
+  check_vs_cpu("small N=1", small_config(), 1, 1, 0, 0, 11);
+  check_vs_cpu("small N=37 L=2 mask drop", small_config(), 2, 37, 1, 1, 12);
+  check_vs_cpu("af3 N=24 mask drop", af3, 1, 24, 1, 1, 13);
+  check_vs_cpu("af3 N=48", af3, 1, 48, 0, 0, 14);
+  check_policies();
+  check_planner();
+  if (!getenv("MF_TEST_NO_TIMING")) {
+    time_block(256);
+    time_block(384);
+  }
+  mf_test_free_all();
+  return mf_test_end();
+}
