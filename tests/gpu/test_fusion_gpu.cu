@@ -385,6 +385,10 @@ static void test_transition(int64_t M, int C, int Hd, mf_ln_mode mode, int accum
                          Wab, Wab + (int64_t)Hd * C, Wo, M, C, Hd, mode);
   if (accumulate)
     for (int64_t i = 0; i < M * C; i++) out[i] += res[i];
+  /* with a residual (and a LayerNorm) the backward runs in place, adding: dout += ∂/∂inp */
+  const int add_back = accumulate && !ident;
+  if (add_back)
+    for (int64_t i = 0; i < M * C; i++) dx[i] += dout[i];
 
   mf_bf16_t *x_d = to_bf16(x, M * C), *g_d = to_bf16(g, C), *b_d = to_bf16(b, C);
   mf_bf16_t *Wab_d = to_bf16(Wab, 2 * (int64_t)Hd * C), *Wo_d = to_bf16(Wo, (int64_t)C * Hd);
@@ -395,7 +399,9 @@ static void test_transition(int64_t M, int C, int Hd, mf_ln_mode mode, int accum
   void *ws = ws_alloc(wsb);
   raw_set runs[2] = {};
   snprintf(what, sizeof what, "transition M=%lld C=%d Hd=%d %s%s chunk=%lld variant=%d",
-           (long long)M, C, Hd, mode_name(mode), accumulate ? " +residual" : "", (long long)chunk,
+           (long long)M, C, Hd, mode_name(mode),
+           add_back ? " +residual, in-place adding backward" : accumulate ? " +residual" : "",
+           (long long)chunk,
            variant);
   for (int run = 0; run < 2; run++) {
     float *dg_d = to_f32(g0, C), *db_d = to_f32(b0, C);
@@ -404,13 +410,20 @@ static void test_transition(int64_t M, int C, int Hd, mf_ln_mode mode, int accum
       up_bf16(out_d, res, M * C);
     else
       poison(out_d, M * C * 2);
-    poison(dx_d, M * C * 2);
+    if (add_back)
+      up_bf16(dx_d, dout, M * C);
+    else
+      poison(dx_d, M * C * 2);
     poison(mean_d, M * 4);
     poison(rstd_d, M * 4);
     mf_transition_forward_cuda(out_d, ident ? NULL : mean_d, ident ? NULL : rstd_d, x_d, g_d, b_d,
                                Wab_d, Wo_d, M, C, Hd, mode, accumulate, ws, wsb, &g_blas, 0);
-    mf_transition_backward_cuda(dx_d, dg_d, db_d, dWab_d, dWo_d, dout_d, mean_d, rstd_d, x_d, g_d,
-                                b_d, Wab_d, Wo_d, M, C, Hd, mode, ws, wsb, &g_blas, 0);
+    if (add_back) /* in place: dinp = dout = dx_d */
+      mf_transition_backward_add_cuda(dx_d, dg_d, db_d, dWab_d, dWo_d, dx_d, mean_d, rstd_d, x_d,
+                                      g_d, b_d, Wab_d, Wo_d, M, C, Hd, mode, ws, wsb, &g_blas, 0);
+    else
+      mf_transition_backward_cuda(dx_d, dg_d, db_d, dWab_d, dWo_d, dout_d, mean_d, rstd_d, x_d,
+                                  g_d, b_d, Wab_d, Wo_d, M, C, Hd, mode, ws, wsb, &g_blas, 0);
     MF_CHECK_CUDA(cudaDeviceSynchronize());
     raw_add(&runs[run], out_d, M * C * 2);
     raw_add(&runs[run], dx_d, M * C * 2);

@@ -116,32 +116,6 @@ void mf_pf_cuda_pair_mask(uint8_t *pm, const uint8_t *mask, int N, cudaStream_t 
   MF_CHECK_CUDA(cudaGetLastError());
 }
 
-/* y (n) += x (n), bf16, fp32 add; 8 elements per thread when both are 16-byte aligned. */
-static __global__ void add_kernel(bf16 *__restrict__ y, const bf16 *__restrict__ x, int64_t n,
-                                  int vec) {
-  int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * vec;
-  if (vec == 8 && i + 8 <= n) {
-    uint4 a = *(const uint4 *)(y + i), b = *(const uint4 *)(x + i);
-    __nv_bfloat162 *pa = (__nv_bfloat162 *)&a;
-    const __nv_bfloat162 *pb = (const __nv_bfloat162 *)&b;
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-      float2 fa = __bfloat1622float2(pa[k]), fb = __bfloat1622float2(pb[k]);
-      pa[k] = __floats2bfloat162_rn(fa.x + fb.x, fa.y + fb.y);
-    }
-    *(uint4 *)(y + i) = a;
-    return;
-  }
-  for (int64_t j = i; j < i + vec && j < n; j++)
-    y[j] = mf_f32_to_bf16(mf_bf16_to_f32(y[j]) + mf_bf16_to_f32(x[j]));
-}
-
-static void add_into(bf16 *y, const bf16 *x, int64_t n, cudaStream_t s) {
-  int vec = (((uintptr_t)y | (uintptr_t)x) % 16 == 0) ? 8 : 1;
-  add_kernel<<<mf_cdiv(mf_cdiv(n, vec), 256), 256, 0, s>>>(y, x, n, vec);
-  MF_CHECK_CUDA(cudaGetLastError());
-}
-
 static void copy_dev(void *dst, const void *src, size_t bytes, cudaStream_t s) {
   MF_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
 }
@@ -224,14 +198,13 @@ static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 size_t mf_pf_cuda_block_workspace(const mf_pairformer_config *c, int N) {
   const int64_t M = (int64_t)N * N;
-  const size_t zb = mf_cuda_align((size_t)M * c->c_z * sizeof(bf16));
   const size_t sb = mf_cuda_align((size_t)N * c->c_s * sizeof(bf16));
   size_t w = mf_trimul_cuda_workspace(N, c->c_z, c->c_mul);
   w = max_sz(w, mf_triatt_cuda_workspace(N, c->c_z, c->h_tri, c->d_tri));
-  /* the pair transition's backward assigns its input gradient into a pair-sized tmp */
-  w = max_sz(w, zb + mf_transition_cuda_workspace(M, c->c_z, c->n_trans * c->c_z));
-  w = max_sz(w, 2 * sb + mf_apb_cuda_workspace(N, c->c_s, c->c_z, c->h_s, c->d_s));
-  w = max_sz(w, sb + mf_transition_cuda_workspace(N, c->c_s, c->n_trans * c->c_s));
+  w = max_sz(w, mf_transition_cuda_workspace(M, c->c_z, c->n_trans * c->c_z));
+  /* the single attention's backward reads a copy of its output gradient */
+  w = max_sz(w, sb + mf_apb_cuda_workspace(N, c->c_s, c->c_z, c->h_s, c->d_s));
+  w = max_sz(w, mf_transition_cuda_workspace(N, c->c_s, c->n_trans * c->c_s));
   return w;
 }
 
@@ -304,40 +277,36 @@ void mf_pf_cuda_block_backward(bf16 *ds, bf16 *dz, const mf_pf_cuda_grads *g, co
             ws_bytes, mf_pf_cuda_block_workspace(c, N));
   saved_views v = saved_layout((void *)saved, c, N);
   const int64_t M = (int64_t)N * N;
-  const size_t zb = mf_cuda_align((size_t)M * c->c_z * sizeof(bf16));
   const size_t sb = mf_cuda_align((size_t)N * c->c_s * sizeof(bf16));
   const int Cz = c->c_z, Cs = c->c_s;
   char *wsb = (char *)ws;
 
-  /* s_out = s1 + T(s1): ds1 = ds + T'(ds) */
+  /* s_out = s1 + T(s1): ds1 = ds + T'(ds), in place */
   {
     const mf_pf_cuda_transition *sx = &w->single_trans;
-    bf16 *tmp = (bf16 *)wsb;
-    mf_transition_backward_cuda(tmp, g ? g->single_trans.ln_g : NULL,
-                                g ? g->single_trans.ln_b : NULL, g ? g->single_trans.w_ab : NULL,
-                                g ? g->single_trans.w_o : NULL, ds, v.st_mean, v.st_rstd, v.s1,
-                                sx->ln_g, sx->ln_b, sx->w_ab, sx->w_o, N, Cs, c->n_trans * Cs,
-                                MF_LN_FULL, wsb + sb, ws_bytes - sb, blas, st);
-    add_into(ds, tmp, (int64_t)N * Cs, st);
+    mf_transition_backward_add_cuda(ds, g ? g->single_trans.ln_g : NULL,
+                                    g ? g->single_trans.ln_b : NULL,
+                                    g ? g->single_trans.w_ab : NULL,
+                                    g ? g->single_trans.w_o : NULL, ds, v.st_mean, v.st_rstd,
+                                    v.s1, sx->ln_g, sx->ln_b, sx->w_ab, sx->w_o, N, Cs,
+                                    c->n_trans * Cs, MF_LN_FULL, ws, ws_bytes, blas, st);
   }
   /* s1 = s + APB(s, z5): ds = ds1 + APB'_s(ds1); dz5 = dz + APB'_z(ds1) */
   {
     bf16 *ds1 = (bf16 *)wsb;
     copy_dev(ds1, ds, (size_t)N * Cs * sizeof(bf16), st);
     mf_apb_backward_cuda(ds, dz, g ? &g->single_att : NULL, ds1, v.apb, s, v.z[4], mask,
-                         &w->single_att, N, Cs, Cz, c->h_s, c->d_s, 1, wsb + 2 * sb,
-                         ws_bytes - 2 * sb, blas, st);
+                         &w->single_att, N, Cs, Cz, c->h_s, c->d_s, 1, wsb + sb,
+                         ws_bytes - sb, blas, st);
   }
-  /* z5 = z4 + PT(z4): dz4 = dz5 + PT'(dz5) */
+  /* z5 = z4 + PT(z4): dz4 = dz5 + PT'(dz5), in place */
   {
     const mf_pf_cuda_transition *pt = &w->pair_trans;
-    bf16 *tmp = (bf16 *)wsb;
-    mf_transition_backward_cuda(tmp, g ? g->pair_trans.ln_g : NULL, g ? g->pair_trans.ln_b : NULL,
-                                g ? g->pair_trans.w_ab : NULL, g ? g->pair_trans.w_o : NULL, dz,
-                                v.pt_mean, v.pt_rstd, v.z[3], pt->ln_g, pt->ln_b, pt->w_ab,
-                                pt->w_o, M, Cz, c->n_trans * Cz, MF_LN_FULL, wsb + zb,
-                                ws_bytes - zb, blas, st);
-    add_into(dz, tmp, M * Cz, st);
+    mf_transition_backward_add_cuda(dz, g ? g->pair_trans.ln_g : NULL,
+                                    g ? g->pair_trans.ln_b : NULL, g ? g->pair_trans.w_ab : NULL,
+                                    g ? g->pair_trans.w_o : NULL, dz, v.pt_mean, v.pt_rstd,
+                                    v.z[3], pt->ln_g, pt->ln_b, pt->w_ab, pt->w_o, M, Cz,
+                                    c->n_trans * Cz, MF_LN_FULL, ws, ws_bytes, blas, st);
   }
   /* the triangle updates in reverse, in place: dz += ∂U_k/∂z_k(dz ⊙ mask_k) */
   for (int k = 3; k >= 0; k--) {

@@ -165,15 +165,15 @@ extern "C" void mf_transition_forward_cuda(bf16 *out, float *mean, float *rstd, 
   }
 }
 
-extern "C" void mf_transition_backward_cuda(bf16 *dinp, float *dgamma, float *dbeta,
-                                            float *dw_ab, float *dw_o, const bf16 *dout,
-                                            const float *mean, const float *rstd,
-                                            const bf16 *inp, const bf16 *gamma,
-                                            const bf16 *beta, const bf16 *w_ab, const bf16 *w_o,
-                                            int64_t M, int C, int Hd, mf_ln_mode mode, void *ws,
-                                            size_t ws_bytes, const mf_cuda_blas *blas,
-                                            cudaStream_t stream) {
+/* The backward; add_dinp = 1 adds into dinp instead of assigning it (not for IDENTITY). */
+static void tr_backward(bf16 *dinp, float *dgamma, float *dbeta, float *dw_ab, float *dw_o,
+                        const bf16 *dout, const float *mean, const float *rstd, const bf16 *inp,
+                        const bf16 *gamma, const bf16 *beta, const bf16 *w_ab, const bf16 *w_o,
+                        int64_t M, int C, int Hd, mf_ln_mode mode, int add_dinp, void *ws,
+                        size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
   tr_check(M, C, Hd, mode, mean, rstd, gamma, beta);
+  MF_ASSERT(!(add_dinp && mode == MF_LN_IDENTITY),
+            "transition_cuda: the adding backward needs a LayerNorm mode");
   if (M == 0) return;
   const int ident = mode == MF_LN_IDENTITY;
   if (mode == MF_LN_NONE || ident) dgamma = NULL;
@@ -223,8 +223,32 @@ extern "C" void mf_transition_backward_cuda(bf16 *dinp, float *dgamma, float *db
       continue;
     }
     mf_ln_rows_backward_cuda(dinp ? dinp + r0 * C : NULL, w.part, w.dxh, inp + r0 * C,
-                             mean + r0, rstd + r0, gamma, rows, C, mode, 0, stream);
+                             mean + r0, rstd + r0, gamma, rows, C, mode, add_dinp, stream);
     mf_ln_param_grad_reduce_cuda(dgamma, dbeta, w.part, mf_ln_rows_backward_parts(rows), C,
                                  stream);
   }
+}
+
+extern "C" void mf_transition_backward_cuda(bf16 *dinp, float *dgamma, float *dbeta,
+                                            float *dw_ab, float *dw_o, const bf16 *dout,
+                                            const float *mean, const float *rstd,
+                                            const bf16 *inp, const bf16 *gamma,
+                                            const bf16 *beta, const bf16 *w_ab, const bf16 *w_o,
+                                            int64_t M, int C, int Hd, mf_ln_mode mode, void *ws,
+                                            size_t ws_bytes, const mf_cuda_blas *blas,
+                                            cudaStream_t stream) {
+  tr_backward(dinp, dgamma, dbeta, dw_ab, dw_o, dout, mean, rstd, inp, gamma, beta, w_ab, w_o, M,
+              C, Hd, mode, 0, ws, ws_bytes, blas, stream);
+}
+
+extern "C" void mf_transition_backward_add_cuda(bf16 *dinp, float *dgamma, float *dbeta,
+                                                float *dw_ab, float *dw_o, const bf16 *dout,
+                                                const float *mean, const float *rstd,
+                                                const bf16 *inp, const bf16 *gamma,
+                                                const bf16 *beta, const bf16 *w_ab,
+                                                const bf16 *w_o, int64_t M, int C, int Hd,
+                                                mf_ln_mode mode, void *ws, size_t ws_bytes,
+                                                const mf_cuda_blas *blas, cudaStream_t stream) {
+  tr_backward(dinp, dgamma, dbeta, dw_ab, dw_o, dout, mean, rstd, inp, gamma, beta, w_ab, w_o, M,
+              C, Hd, mode, 1, ws, ws_bytes, blas, stream);
 }

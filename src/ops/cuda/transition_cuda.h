@@ -60,6 +60,19 @@ void mf_transition_backward_cuda(__nv_bfloat16 *dinp, float *dgamma, float *dbet
                                  int C, int Hd, mf_ln_mode mode, void *ws, size_t ws_bytes,
                                  const mf_cuda_blas *blas, cudaStream_t stream);
 
+/* The same with dinp ADDED to (dinp += ∂/∂inp) instead of assigned; dinp may equal dout
+ * (each chunk of dout is read before the chunk of dinp is written), which is how the
+ * Pairformer block applies the residual z += T(z) in its in-place backward. Not for
+ * MF_LN_IDENTITY. */
+void mf_transition_backward_add_cuda(__nv_bfloat16 *dinp, float *dgamma, float *dbeta,
+                                     float *dw_ab, float *dw_o, const __nv_bfloat16 *dout,
+                                     const float *mean, const float *rstd,
+                                     const __nv_bfloat16 *inp, const __nv_bfloat16 *gamma,
+                                     const __nv_bfloat16 *beta, const __nv_bfloat16 *w_ab,
+                                     const __nv_bfloat16 *w_o, int64_t M, int C, int Hd,
+                                     mf_ln_mode mode, void *ws, size_t ws_bytes,
+                                     const mf_cuda_blas *blas, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif
