@@ -82,8 +82,9 @@ ASAN_TESTS := $(TEST_C:tests/%.c=$(BUILD)/asan/tests/%)
 LABS       := $(LAB_CU:dev/cuda/%.cu=$(BUILD)/dev/%)
 GPU_TESTS  := $(GPU_TEST_CU:tests/gpu/%.cu=$(BUILD)/tests/gpu/%)
 CLI        := $(BUILD)/megafold
+MAKE_BUNDLE := $(BUILD)/tools/make_bundle
 
-ALL := $(LIB_F32) $(LIB_F64) $(CLI) $(TESTS)
+ALL := $(LIB_F32) $(LIB_F64) $(CLI) $(MAKE_BUNDLE) $(TESTS)
 ifeq ($(HAVE_CUDA),1)
 ALL += $(LIB_CUDA) $(LABS) $(GPU_TESTS)
 endif
@@ -126,6 +127,11 @@ $(LIB_ORACLE): $(ORACLE_C:%.c=$(BUILD)/f64/%.o)
 $(CLI): $(CLI_C:%.c=$(BUILD)/f32/%.o) $(LIB_F32)
 	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
 
+# Parity bundles of the CPU double stack for the PyTorch reference (tools/reference).
+$(MAKE_BUNDLE): $(BUILD)/f64/tools/reference/make_bundle.o $(LIB_F64)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
+
 # Tests link the double build (gradient checks); tests/test_*_f32.c the float one.
 $(BUILD)/tests/%: $(BUILD)/f64/tests/%.o $(BUILD)/f64/tests/harness.o $(LIB_F64)
 	@mkdir -p $(@D)
@@ -154,7 +160,7 @@ $(GPU_DATA_TEST_CU:tests/gpu/%.cu=$(BUILD)/tests/gpu/%): $(BUILD)/tests/gpu/%: t
 # ---------------------------------------------------------------- running
 test: all asan
 	@$(MAKE) --no-print-directory test-cpu-all
-test-cpu-all: $(CLI)
+test-cpu-all: $(CLI) $(MAKE_BUNDLE)
 	@MF_BUILD=$(BUILD) scripts/run_tests.sh $(TESTS) $(ASAN_TESTS) $(CLI_TESTS)
 test-cpu: $(TESTS)
 	@scripts/run_tests.sh $(TESTS)
