@@ -16,7 +16,10 @@
  * log-sum-exp (fp32) and the gated attention output (bf16). q, k, v, g and the bias are
  * recomputed from z by the backward (one GEMM), so saved stays O(N²·(HD/2 + H)) bytes.
  * Transient tensors live in the caller's workspace (mf_triatt_cuda_workspace bytes), which
- * the forward and the backward may reuse freely between calls.
+ * the forward and the backward may reuse freely between calls: whole q, k, v, g, the bias
+ * and (backward) dO, dq, dk, dv, dg, dbias and the attention backward's own workspace —
+ * about 11·N²·H·D bf16 — plus chunk staging bounded by mf_fusion_chunk_rows (LN rows,
+ * projections, output rows); at N = 768, C = 128, H = 4, D = 32 about 1.6 GiB.
  *
  * Gradient contract (as trimul_cuda.h): parameter gradients ACCUMULATE (fp32; a NULL field
  * or struct skips); dz ASSIGNS — except with a residual (rd != NULL), where dz ACCUMULATES
