@@ -12,8 +12,12 @@
  * the second run the backward is called once more: parameter gradients must show twice
  * the increment (ACCUMULATE), dz must be unchanged (ASSIGN) or, with a residual, show
  * twice the increment over the residual path's gradient (ACCUMULATE; one case passes dz
- * aliasing dout). Last, fwd and bwd milliseconds at N = 384 and 768 (C = 128, H = 4,
- * D = 32) are printed, not asserted. Needs a GPU. */
+ * aliasing dout). Two cases force 256-row chunks (several chunks, a partial last one); the
+ * others use the automatic chunking (the staging aliased into the whole-tensor buffers where
+ * chunks of at least half the automatic size fit there, else in a region of its own, as at
+ * N = 1). Last, fwd and bwd milliseconds at N = 384 and 768 (C = 128, H = 4,
+ * D = 32) are printed, not asserted, with the attention core alone on the same shapes for
+ * the breakdown. Needs a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +28,8 @@
 #include "ops/cuda/dropout_cuda.h"
 #include "ops/cuda/gemm_cuda.h"
 #include "ops/cuda/gpu.h"
+#include "ops/cuda/attention_cuda.h"
+#include "ops/cuda/ln_linear_cuda.h"
 #include "ops/cuda/triatt_cuda.h"
 #include "ops/dropout.h"
 #include "ops/triatt.h"
@@ -381,6 +387,38 @@ static void bench(int N, int starting) {
       bwd += b / 5;
     }
   }
+  /* the attention core alone on tensors of the same shapes, for the breakdown */
+  {
+    const size_t an = (size_t)M * HD * 2, bn = (size_t)M * H * 2;
+    mf_bf16_t *t[11];
+    for (int i = 0; i < 11; i++) t[i] = (mf_bf16_t *)dev_alloc(i == 4 || i == 10 ? bn : an);
+    for (int i = 0; i < 6; i++) fill(t[i], (int64_t)((i == 4 ? bn : an) / 2), 10 + i, 1.0f, 0.0f);
+    /* 0 q, 1 k, 2 v, 3 g, 4 bias, 5 dout, 6 out, 7 dq, 8 dk, 9 dv, 10 dbias; dg below */
+    mf_bf16_t *dg = (mf_bf16_t *)dev_alloc(an);
+    float *lse = (float *)dev_alloc((size_t)M * H * 4);
+    mf_attn_dims d = {1, N, H, N, N, D, 1.0 / sqrt((double)D)};
+    const size_t awb = mf_attention_backward_cuda_workspace(d, 1);
+    void *aw = dev_alloc(awb);
+    float af = 0, ab = 0;
+    for (int it = 0; it < 7; it++) {
+      MF_CHECK_CUDA(cudaEventRecord(e0, 0));
+      mf_attention_forward_cuda(t[6], lse, t[0], t[1], t[2], t[4], pm, t[3], d, 0);
+      MF_CHECK_CUDA(cudaEventRecord(e1, 0));
+      mf_attention_backward_cuda(t[7], t[8], t[9], t[10], dg, t[5], t[6], lse, t[0], t[1], t[2],
+                                 t[4], pm, t[3], d, aw, awb, 0);
+      MF_CHECK_CUDA(cudaEventRecord(e2, 0));
+      MF_CHECK_CUDA(cudaEventSynchronize(e2));
+      float a, b;
+      MF_CHECK_CUDA(cudaEventElapsedTime(&a, e0, e1));
+      MF_CHECK_CUDA(cudaEventElapsedTime(&b, e1, e2));
+      if (it >= 2) {
+        af += a / 5;
+        ab += b / 5;
+      }
+    }
+    printf("triatt timing N=%d: of which the attention core alone (mf_attention_*_cuda, same "
+           "shapes): fwd %.3f ms, bwd %.3f ms\n", N, af, ab);
+  }
   printf("triatt timing %s N=%d C=%d H=%d D=%d (pair mask, residual+dropout): fwd %.3f ms, "
          "bwd %.3f ms; saved %.1f MiB, workspace %.1f MiB\n",
          starting ? "starting" : "ending", N, C, H, D, fwd, bwd, sb / 1048576.0, wsb / 1048576.0);
@@ -412,6 +450,11 @@ int main(void) {
     test_triatt(64, 16, 4, 32, st, 0, RW, 1, s += 20); /* dz = dout */
     test_triatt(100, 128, 4, 32, st, 1, st ? CW : RW, 0, s += 20);
   }
+  /* forced 256-row chunks: several chunks with a partial last one */
+  const int64_t prev = mf_fusion_set_chunk_rows(256);
+  test_triatt(33, 128, 4, 32, 1, 1, RW, 0, s += 20);
+  test_triatt(33, 128, 4, 32, 0, 1, CW, 0, s += 20);
+  mf_fusion_set_chunk_rows(prev);
   test_triatt(200, 128, 4, 32, 1, 1, RW, 0, s += 20);
   test_triatt(200, 128, 4, 32, 0, 1, CW, 0, s += 20);
 

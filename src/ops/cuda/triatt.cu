@@ -230,24 +230,35 @@ static size_t saved_carve(ta_saved *s, void *base, int N, int H, int D) {
   return cv.used;
 }
 
+/* Chunk staging of R pair rows. */
 typedef struct {
-  /* whole tensors (the attention sees every row at once) */
-  bf16 *q, *k, *v, *g;     /* (N, H, N, D) */
-  bf16 *bias;              /* (H, N, N) */
-  uint8_t *pmt;            /* (N, N) pmᵀ (ending node with a pair mask) */
-  float *mask;             /* (N, C) dropout mask */
-  bf16 *dO;                /* (N, H, N, D) dL/d(gated output) (backward) */
-  bf16 *dq, *dk, *dv, *dg; /* (N, H, N, D) (backward) */
-  bf16 *dbias;             /* (H, N, N) (backward) */
-  void *att_ws;            /* the attention backward's workspace */
-  size_t att_ws_bytes;
-  /* chunk staging, R rows */
   bf16 *xh;    /* (R, C) LN rows */
   bf16 *P;     /* (R, ldp) projections, then their gradients */
   bf16 *ocl;   /* (R, HD) gated output channel-last, then its gradient */
   bf16 *dd;    /* (R, C) dout ⊙ dropout mask (backward with a residual) */
   float *u;    /* (R, C) Δz before the residual (forward), dx̂ (backward) */
   float *part; /* (parts, 2C) LN parameter-gradient partials */
+} ta_stage;
+
+/* The workspace, carved as [pmt, mask | Y: q, k, v, g, bias, dO | X: dq, dk, dv, dg, dbias,
+ * attention workspace | staging, only when it cannot alias]. The staging lives inside X
+ * during the forward and the backward's first phase (X is not yet written then) and inside
+ * Y during the backward's last phase (q, k, v, g, bias and dO are dead after the attention
+ * backward), with chunks of R rows small enough to fit both; when that would need chunks
+ * under half the automatic size (tiny N), it gets its own region instead. */
+typedef struct {
+  uint8_t *pmt;            /* (N, N) pmᵀ (ending node with a pair mask) */
+  float *mask;             /* (N, C) dropout mask */
+  bf16 *q, *k, *v, *g;     /* (N, H, N, D) */
+  bf16 *bias;              /* (H, N, N) */
+  bf16 *dO;                /* (N, H, N, D) dL/d(gated output) (backward) */
+  bf16 *dq, *dk, *dv, *dg; /* (N, H, N, D) (backward) */
+  bf16 *dbias;             /* (H, N, N) (backward) */
+  void *att_ws;            /* the attention backward's workspace */
+  size_t att_ws_bytes;
+  int64_t R;               /* rows per chunk */
+  ta_stage sx;             /* staging of the forward and the backward's phase 1 */
+  ta_stage sy;             /* staging of the backward's phase 3 */
 } ta_ws;
 
 static int ta_ldp(int H, int D) { return (4 * H * D + H + 7) / 8 * 8; }
@@ -263,18 +274,31 @@ static mf_attn_dims ta_dims(int N, int H, int D) {
   return d;
 }
 
+static size_t stage_carve(ta_stage *st, void *base, int64_t R, int C, int H, int D) {
+  mf_carver cv = {(char *)base, 0};
+  st->xh = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
+  st->P = (bf16 *)mf_carve(&cv, (size_t)R * ta_ldp(H, D) * sizeof(bf16));
+  st->ocl = (bf16 *)mf_carve(&cv, (size_t)R * H * D * sizeof(bf16));
+  st->dd = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
+  st->u = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
+  st->part = (float *)mf_carve(&cv, (size_t)mf_ln_rows_backward_parts(R) * 2 * C * sizeof(float));
+  return cv.used;
+}
+
 static size_t ws_carve(ta_ws *w, void *base, int N, int C, int H, int D) {
-  const int64_t M = (int64_t)N * N, HD = (int64_t)H * D, R = ta_chunk(N, C, H, D);
+  const int64_t M = (int64_t)N * N, HD = (int64_t)H * D, R_auto = ta_chunk(N, C, H, D);
   const size_t att = (size_t)M * HD * sizeof(bf16), bia = (size_t)M * H * sizeof(bf16);
   mf_carver cv = {(char *)base, 0};
+  w->pmt = (uint8_t *)mf_carve(&cv, (size_t)M);
+  w->mask = (float *)mf_carve(&cv, (size_t)N * C * sizeof(float));
+  const size_t y0 = cv.used;
   w->q = (bf16 *)mf_carve(&cv, att);
   w->k = (bf16 *)mf_carve(&cv, att);
   w->v = (bf16 *)mf_carve(&cv, att);
   w->g = (bf16 *)mf_carve(&cv, att);
   w->bias = (bf16 *)mf_carve(&cv, bia);
-  w->pmt = (uint8_t *)mf_carve(&cv, (size_t)M);
-  w->mask = (float *)mf_carve(&cv, (size_t)N * C * sizeof(float));
   w->dO = (bf16 *)mf_carve(&cv, att);
+  const size_t x0 = cv.used;
   w->dq = (bf16 *)mf_carve(&cv, att);
   w->dk = (bf16 *)mf_carve(&cv, att);
   w->dv = (bf16 *)mf_carve(&cv, att);
@@ -282,12 +306,26 @@ static size_t ws_carve(ta_ws *w, void *base, int N, int C, int H, int D) {
   w->dbias = (bf16 *)mf_carve(&cv, bia);
   w->att_ws_bytes = mf_attention_backward_cuda_workspace(ta_dims(N, H, D), 1);
   w->att_ws = mf_carve(&cv, w->att_ws_bytes);
-  w->xh = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
-  w->P = (bf16 *)mf_carve(&cv, (size_t)R * ta_ldp(H, D) * sizeof(bf16));
-  w->ocl = (bf16 *)mf_carve(&cv, (size_t)R * HD * sizeof(bf16));
-  w->dd = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
-  w->u = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
-  w->part = (float *)mf_carve(&cv, (size_t)mf_ln_rows_backward_parts(R) * 2 * C * sizeof(float));
+  const size_t x1 = cv.used, cap = x0 - y0 < x1 - x0 ? x0 - y0 : x1 - x0;
+
+  /* the largest R <= R_auto whose staging fits both regions (staging grows with R) */
+  ta_stage st;
+  int64_t lo = 0, hi = R_auto;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (stage_carve(&st, NULL, mid, C, H, D) <= cap) lo = mid;
+    else hi = mid - 1;
+  }
+  if (lo >= 1 && 2 * lo >= R_auto) { /* alias */
+    w->R = lo;
+    stage_carve(&w->sx, base ? (char *)base + x0 : NULL, lo, C, H, D);
+    stage_carve(&w->sy, base ? (char *)base + y0 : NULL, lo, C, H, D);
+  } else { /* a region of its own */
+    w->R = R_auto;
+    void *sep = mf_carve(&cv, stage_carve(&st, NULL, R_auto, C, H, D));
+    stage_carve(&w->sx, sep, R_auto, C, H, D);
+    w->sy = w->sx;
+  }
   return cv.used;
 }
 
@@ -324,15 +362,16 @@ static const uint8_t *ta_key_mask(const ta_ws *b, const uint8_t *pm, int N, int 
 
 /* x̂ = LN(z) for chunk rows r0.. (statistics computed or read), P = x̂·w_qkvbgᵀ, scattered
  * into q, k, v, bias, g. */
-static void ta_project(ta_ws *b, const ta_saved *s, const bf16 *z, const mf_triatt_cuda_weights *w,
-                       int N, int C, int H, int D, int starting, int64_t r0, int64_t rows,
-                       int use_saved, const mf_cuda_blas *blas, cudaStream_t stream) {
+static void ta_project(ta_ws *b, const ta_stage *st, const ta_saved *s, const bf16 *z,
+                       const mf_triatt_cuda_weights *w, int N, int C, int H, int D, int starting,
+                       int64_t r0, int64_t rows, int use_saved, const mf_cuda_blas *blas,
+                       cudaStream_t stream) {
   const int K5 = 4 * H * D + H, ldp = ta_ldp(H, D);
-  mf_ln_rows_cuda(b->xh, s->mu + r0, s->rs + r0, z + r0 * C, w->ln_g, w->ln_b, rows, C,
+  mf_ln_rows_cuda(st->xh, s->mu + r0, s->rs + r0, z + r0 * C, w->ln_g, w->ln_b, rows, C,
                   MF_LN_FULL, use_saved, stream);
-  mf_gemm_rm_cuda(blas, stream, 0, 1, rows, K5, C, 1.0f, b->xh, C, w->w_qkvbg, C, 0.0f, b->P,
+  mf_gemm_rm_cuda(blas, stream, 0, 1, rows, K5, C, 1.0f, st->xh, C, w->w_qkvbg, C, 0.0f, st->P,
                   MF_GEMM_OUT_BF16, ldp);
-  launch_qkvbg(b->P, ldp, b->q, b->k, b->v, b->bias, b->g, N, H, D, r0, rows, starting, false,
+  launch_qkvbg(st->P, ldp, b->q, b->k, b->v, b->bias, b->g, N, H, D, r0, rows, starting, false,
                stream);
 }
 
@@ -345,32 +384,35 @@ extern "C" void mf_triatt_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
                                        cudaStream_t stream) {
   ta_check(w, N, C, H, D, starting, rd);
   MF_ASSERT(out && saved && z && ws, "triatt_forward_cuda: NULL argument");
-  const int64_t M = (int64_t)N * N, R = ta_chunk(N, C, H, D);
+  const int64_t M = (int64_t)N * N;
   const int HD = H * D;
   ta_saved s;
   saved_carve(&s, saved, N, H, D);
   ta_ws b;
   MF_ASSERT(ws_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
   ws_carve(&b, ws, N, C, H, D);
+  const int64_t R = b.R;
+  const ta_stage *st = &b.sx;
   if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
   const uint8_t *kmask = ta_key_mask(&b, pm, N, starting, stream);
 
   /* x̂ = LN(z); [q | k | v | b | g] = x̂·w_qkvbgᵀ → attention layout */
   for (int64_t r0 = 0; r0 < M; r0 += R)
-    ta_project(&b, &s, z, w, N, C, H, D, starting, r0, M - r0 < R ? M - r0 : R, 0, blas, stream);
+    ta_project(&b, st, &s, z, w, N, C, H, D, starting, r0, M - r0 < R ? M - r0 : R, 0, blas,
+               stream);
   /* o = σ(g) ⊙ attention(q, k, v, bias, key mask) */
   mf_attention_forward_cuda(s.o, s.lse, b.q, b.k, b.v, b.bias, kmask, b.g, ta_dims(N, H, D),
                             stream);
   /* Δz = o·W_oᵀ (rows back in z order); out = Δz or out += mask ⊙ Δz */
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
-    launch_heads(b.ocl, s.o, N, H, D, r0, rows, starting, false, stream);
+    launch_heads(st->ocl, s.o, N, H, D, r0, rows, starting, false, stream);
     if (rd) {
-      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, HD, 1.0f, b.ocl, HD, w->w_o, HD, 0.0f, b.u,
+      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, HD, 1.0f, st->ocl, HD, w->w_o, HD, 0.0f, st->u,
                       MF_GEMM_OUT_F32, C);
-      launch_resdrop(out, b.u, b.mask, (int)rd->axis, N, r0, rows, C, stream);
+      launch_resdrop(out, st->u, b.mask, (int)rd->axis, N, r0, rows, C, stream);
     } else {
-      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, HD, 1.0f, b.ocl, HD, w->w_o, HD, 0.0f,
+      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, HD, 1.0f, st->ocl, HD, w->w_o, HD, 0.0f,
                       out + r0 * C, MF_GEMM_OUT_BF16, C);
     }
   }
@@ -388,13 +430,15 @@ extern "C" void mf_triatt_backward_cuda(bf16 *dz, const mf_triatt_cuda_grads *g,
                                         cudaStream_t stream) {
   ta_check(w, N, C, H, D, starting, rd);
   MF_ASSERT(dz && dout && saved && z && ws, "triatt_backward_cuda: NULL argument");
-  const int64_t M = (int64_t)N * N, R = ta_chunk(N, C, H, D);
+  const int64_t M = (int64_t)N * N;
   const int HD = H * D, K5 = 4 * HD + H, ldp = ta_ldp(H, D);
   ta_saved s;
   saved_carve(&s, (void *)saved, N, H, D); /* read only below */
   ta_ws b;
   MF_ASSERT(ws_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
   ws_carve(&b, ws, N, C, H, D);
+  const int64_t R = b.R;
+  const ta_stage *st = &b.sx; /* inside dq.. (not yet written) */
   if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
   const uint8_t *kmask = ta_key_mask(&b, pm, N, starting, stream);
 
@@ -402,20 +446,20 @@ extern "C" void mf_triatt_backward_cuda(bf16 *dz, const mf_triatt_cuda_grads *g,
    *   ⇒ dW_o += dΔzᵀ·o,  dO = dΔz·W_o (scattered to the attention layout) */
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
-    ta_project(&b, &s, z, w, N, C, H, D, starting, r0, rows, 1, blas, stream);
+    ta_project(&b, st, &s, z, w, N, C, H, D, starting, r0, rows, 1, blas, stream);
     const bf16 *dd = dout + r0 * C;
     if (rd) {
-      launch_dropbwd(b.dd, dout, b.mask, (int)rd->axis, N, r0, rows, C, stream);
-      dd = b.dd;
+      launch_dropbwd(st->dd, dout, b.mask, (int)rd->axis, N, r0, rows, C, stream);
+      dd = st->dd;
     }
     if (G(w_o)) {
-      launch_heads(b.ocl, s.o, N, H, D, r0, rows, starting, false, stream);
-      mf_gemm_rm_cuda(blas, stream, 1, 0, C, HD, rows, 1.0f, dd, C, b.ocl, HD, 1.0f, G(w_o),
+      launch_heads(st->ocl, s.o, N, H, D, r0, rows, starting, false, stream);
+      mf_gemm_rm_cuda(blas, stream, 1, 0, C, HD, rows, 1.0f, dd, C, st->ocl, HD, 1.0f, G(w_o),
                       MF_GEMM_OUT_F32, HD);
     }
-    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, HD, C, 1.0f, dd, C, w->w_o, HD, 0.0f, b.ocl,
+    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, HD, C, 1.0f, dd, C, w->w_o, HD, 0.0f, st->ocl,
                     MF_GEMM_OUT_BF16, HD);
-    launch_heads(b.ocl, b.dO, N, H, D, r0, rows, starting, true, stream);
+    launch_heads(st->ocl, b.dO, N, H, D, r0, rows, starting, true, stream);
   }
 
   /* phase 2: the attention (all its gradients assign) */
@@ -424,21 +468,23 @@ extern "C" void mf_triatt_backward_cuda(bf16 *dz, const mf_triatt_cuda_grads *g,
                              stream);
 
   /* phase 3, per chunk: dP = [dq | dk | dv | dbias | dg] in pair rows
-   *   ⇒ dw_qkvbg += dPᵀ·x̂,  dx̂ = dP·w_qkvbg,  dz = LN backward (assign, or add with rd) */
+   *   ⇒ dw_qkvbg += dPᵀ·x̂,  dx̂ = dP·w_qkvbg,  dz = LN backward (assign, or add with rd)
+   * (staging now inside q, k, v, g, bias, dO: dead after the attention backward) */
+  st = &b.sy;
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
-    mf_ln_rows_cuda(b.xh, s.mu + r0, s.rs + r0, z + r0 * C, w->ln_g, w->ln_b, rows, C,
+    mf_ln_rows_cuda(st->xh, s.mu + r0, s.rs + r0, z + r0 * C, w->ln_g, w->ln_b, rows, C,
                     MF_LN_FULL, 1, stream);
-    launch_qkvbg(b.P, ldp, b.dq, b.dk, b.dv, b.dbias, b.dg, N, H, D, r0, rows, starting, true,
+    launch_qkvbg(st->P, ldp, b.dq, b.dk, b.dv, b.dbias, b.dg, N, H, D, r0, rows, starting, true,
                  stream);
     if (G(w_qkvbg))
-      mf_gemm_rm_cuda(blas, stream, 1, 0, K5, C, rows, 1.0f, b.P, ldp, b.xh, C, 1.0f,
+      mf_gemm_rm_cuda(blas, stream, 1, 0, K5, C, rows, 1.0f, st->P, ldp, st->xh, C, 1.0f,
                       G(w_qkvbg), MF_GEMM_OUT_F32, C);
-    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, K5, 1.0f, b.P, ldp, w->w_qkvbg, C, 0.0f, b.u,
+    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, K5, 1.0f, st->P, ldp, w->w_qkvbg, C, 0.0f, st->u,
                     MF_GEMM_OUT_F32, C);
-    mf_ln_rows_backward_cuda(dz + r0 * C, b.part, b.u, z + r0 * C, s.mu + r0, s.rs + r0, w->ln_g,
+    mf_ln_rows_backward_cuda(dz + r0 * C, st->part, st->u, z + r0 * C, s.mu + r0, s.rs + r0, w->ln_g,
                              rows, C, MF_LN_FULL, rd ? 1 : 0, stream);
-    mf_ln_param_grad_reduce_cuda(G(ln_g), G(ln_b), b.part, mf_ln_rows_backward_parts(rows), C,
+    mf_ln_param_grad_reduce_cuda(G(ln_g), G(ln_b), st->part, mf_ln_rows_backward_parts(rows), C,
                                  stream);
   }
 }

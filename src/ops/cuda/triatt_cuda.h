@@ -18,8 +18,9 @@
  * Transient tensors live in the caller's workspace (mf_triatt_cuda_workspace bytes), which
  * the forward and the backward may reuse freely between calls: whole q, k, v, g, the bias
  * and (backward) dO, dq, dk, dv, dg, dbias and the attention backward's own workspace —
- * about 11·N²·H·D bf16 — plus chunk staging bounded by mf_fusion_chunk_rows (LN rows,
- * projections, output rows); at N = 768, C = 128, H = 4, D = 32 about 1.6 GiB.
+ * about N²·(10·H·D·2 + 8·H) bytes — with the chunk staging (LN rows, projections, output
+ * rows; mf_fusion_chunk_rows) aliased into the buffers not live in each phase: 365 MiB at
+ * N = 384, 1.42 GiB at N = 768 (C = 128, H = 4, D = 32).
  *
  * Gradient contract (as trimul_cuda.h): parameter gradients ACCUMULATE (fp32; a NULL field
  * or struct skips); dz ASSIGNS — except with a residual (rd != NULL), where dz ACCUMULATES
