@@ -16,7 +16,11 @@
  * log-sum-exp (fp32) and the gated attention output (bf16). q, k, v, g and the bias are
  * recomputed from z by the backward (one GEMM), so saved stays O(N²·(HD/2 + H)) bytes.
  * Transient tensors live in the caller's workspace (mf_triatt_cuda_workspace bytes), which
- * the forward and the backward may reuse freely between calls.
+ * the forward and the backward may reuse freely between calls: whole q, k, v, g, the bias
+ * and (backward) dO, dq, dk, dv, dg, dbias and the attention backward's own workspace —
+ * about N²·(10·H·D·2 + 8·H) bytes — with the chunk staging (LN rows, projections, output
+ * rows; mf_fusion_chunk_rows) aliased into the buffers not live in each phase: 365 MiB at
+ * N = 384, 1.42 GiB at N = 768 (C = 128, H = 4, D = 32).
  *
  * Gradient contract (as trimul_cuda.h): parameter gradients ACCUMULATE (fp32; a NULL field
  * or struct skips); dz ASSIGNS — except with a residual (rd != NULL), where dz ACCUMULATES

@@ -1,0 +1,490 @@
+/* triatt.cu — triangle attention (starting / ending node) on the GPU, forward and backward:
+ * LN staging + one projection GEMM against w_qkvbg + a re-layout kernel that scatters q, k,
+ * v, g into the attention layout and the bias into (H, N, N) (transposed for the ending
+ * node); EvoFlash-3D with the gate fused; a gather of the gated output back to pair rows
+ * (transposed back for the ending node) + the W_o GEMM + the residual/dropout epilogue.
+ * The backward recomputes x̂ and the projections, runs the attention backward and gathers
+ * dq, dk, dv, dbias, dgate back into one (rows, 4HD + H) gradient matrix for two GEMMs and
+ * the LayerNorm backward. See triatt_cuda.h. Not the CPU reference (src/ops/cpu/triatt.c).
+ *
+ * Layouts. Pair rows m = a·N + b of z (N, N, C) are processed in z order, chunk by chunk.
+ * The attention problem is the starting node on z (row i = a, query/key j = b) or on zᵀ
+ * (ending node: i = b, j = a); the attention tensors are q, k, v, g, o (N, H, N, D) indexed
+ * (i, h, j, d), bias (H, N, N) indexed (h, i, j), the key mask (N, N) indexed (i, j) = pm
+ * (starting) or pmᵀ (ending, a transposed copy in the workspace: N² bytes). Only the row
+ * permutation differs between the two nodes, so every re-layout kernel takes (a, b) → (i, j)
+ * and no transposed copy of z, out, dout or dz is ever made. LN statistics are indexed by m. */
+#include "triatt_cuda.h"
+
+#include <math.h>
+
+#include "attention_cuda.h"
+#include "fusion_util.cuh"
+#include "ln_linear_cuda.h"
+
+/* ================================================================ kernels */
+
+/* VEC consecutive bf16 copied as one access (VEC = 8: 16 bytes, 4: 8 bytes, 1: scalar). */
+template <int VEC>
+static __device__ __forceinline__ void ta_cpv(bf16 *__restrict__ dst, const bf16 *__restrict__ src) {
+  if constexpr (VEC == 8) {
+    *(uint4 *)dst = *(const uint4 *)src;
+  } else if constexpr (VEC == 4) {
+    *(uint2 *)dst = *(const uint2 *)src;
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) dst[k] = src[k];
+  }
+}
+
+/* (i, j) of the attention problem for pair row m = a·N + b. */
+static __device__ __forceinline__ void ta_ij(int64_t m, int N, int starting, int64_t *i,
+                                             int64_t *j) {
+  const int64_t a = m / N, b = m - a * N;
+  *i = starting ? a : b;
+  *j = starting ? b : a;
+}
+
+/* Between P (rows, ldp), the projections of chunk rows m0..m0+rows−1 in the column order of
+ * w_qkvbg [q | k | v | bias | g] (4HD + H columns used), and the attention layout:
+ *   q, k, v, g (N, H, N, D) at (i, h, j, d), bias (H, N, N) at (h, i, j).
+ * GATHER = false scatters P into q, k, v, bias, g (forward and the backward's recomputation);
+ * GATHER = true gathers the gradients dq, dk, dv, dbias, dg into P. VEC columns per thread:
+ * 8 when H % 8 == 0, 4 when H % 4 == 0, else 1 (D % 8 == 0 and ldp % 8 == 0 keep every
+ * vector inside one segment and aligned). */
+template <int VEC, bool GATHER>
+static __global__ void ta_qkvbg_kernel(bf16 *__restrict__ P, int ldp, bf16 *__restrict__ q,
+                                       bf16 *__restrict__ k, bf16 *__restrict__ v,
+                                       bf16 *__restrict__ bias, bf16 *__restrict__ g, int N,
+                                       int H, int D, int64_t m0, int64_t rows, int starting) {
+  const int HD = H * D, K5 = 4 * HD + H, nv = K5 / VEC;
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < rows * nv;
+       t += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = t / nv;
+    const int c = (int)(t - r * nv) * VEC;
+    int64_t i, j;
+    ta_ij(m0 + r, N, starting, &i, &j);
+    bf16 *prow = P + r * ldp + c;
+    if (c >= 3 * HD && c < 3 * HD + H) { /* bias: VEC heads, one element each */
+#pragma unroll
+      for (int u = 0; u < VEC; u++) {
+        bf16 *bp = bias + ((int64_t)(c - 3 * HD + u) * N + i) * N + j;
+        if (GATHER) prow[u] = *bp;
+        else *bp = prow[u];
+      }
+      continue;
+    }
+    int seg, rem;
+    if (c < 3 * HD) {
+      seg = c / HD;
+      rem = c - seg * HD;
+    } else {
+      seg = 3;
+      rem = c - 3 * HD - H;
+    }
+    bf16 *base = seg == 0 ? q : seg == 1 ? k : seg == 2 ? v : g;
+    const int h = rem / D, d = rem - h * D;
+    bf16 *ap = base + ((i * H + h) * N + j) * D + d;
+    if (GATHER) ta_cpv<VEC>(prow, ap);
+    else ta_cpv<VEC>(ap, prow);
+  }
+}
+
+/* Between cl (rows, HD), channel-last rows m0.. in z order, and att (N, H, N, D):
+ * TO_ATT = false gathers (o → the W_o GEMM's operand), true scatters (dO → the attention
+ * backward's dout). 8 channels per thread (D % 8 == 0). */
+template <bool TO_ATT>
+static __global__ void ta_heads_kernel(bf16 *__restrict__ cl, bf16 *__restrict__ att, int N,
+                                       int H, int D, int64_t m0, int64_t rows, int starting) {
+  const int HD = H * D, nv = HD / 8;
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < rows * nv;
+       t += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = t / nv;
+    const int c = (int)(t - r * nv) * 8, h = c / D, d = c - h * D;
+    int64_t i, j;
+    ta_ij(m0 + r, N, starting, &i, &j);
+    bf16 *ap = att + ((i * H + h) * N + j) * D + d;
+    if (TO_ATT) ta_cpv<8>(ap, cl + r * HD + c);
+    else ta_cpv<8>(cl + r * HD + c, ap);
+  }
+}
+
+/* out (M, C) rows m0.. += mask ⊙ u (u (rows, C) fp32; the residual with row/column dropout:
+ * mask (N, C) indexed by b (ROWWISE) or a (COLWISE) of m = a·N + b). */
+template <int VEC>
+static __global__ void ta_resdrop_kernel(bf16 *__restrict__ out, const float *__restrict__ u,
+                                         const float *__restrict__ mask, int axis, int N,
+                                         int64_t m0, int64_t rows, int C) {
+  const int cv = C / VEC;
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < rows * cv;
+       t += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = t / cv, m = m0 + r, a = m / N, b = m - a * N;
+    const int c = (int)(t - r * cv) * VEC;
+    float v[VEC], mk[VEC], o[VEC];
+    mf_ldvf<VEC>(v, u + r * C + c);
+    mf_ldvf<VEC>(mk, mask + (axis == MF_DROPOUT_ROWWISE ? b : a) * C + c);
+    mf_ldv<VEC>(o, out + m * C + c);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) o[k] += mk[k] * v[k];
+    mf_stv<VEC>(out + m * C + c, o);
+  }
+}
+
+/* dd (rows, C) = dout (M, C) rows m0.. ⊙ mask (as ta_resdrop_kernel). */
+template <int VEC>
+static __global__ void ta_dropbwd_kernel(bf16 *__restrict__ dd, const bf16 *__restrict__ dout,
+                                         const float *__restrict__ mask, int axis, int N,
+                                         int64_t m0, int64_t rows, int C) {
+  const int cv = C / VEC;
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < rows * cv;
+       t += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = t / cv, m = m0 + r, a = m / N, b = m - a * N;
+    const int c = (int)(t - r * cv) * VEC;
+    float d[VEC], mk[VEC];
+    mf_ldv<VEC>(d, dout + m * C + c);
+    mf_ldvf<VEC>(mk, mask + (axis == MF_DROPOUT_ROWWISE ? b : a) * C + c);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) d[k] *= mk[k];
+    mf_stv<VEC>(dd + r * C + c, d);
+  }
+}
+
+/* pmt (N, N) = pmᵀ. */
+static __global__ void ta_mask_t_kernel(uint8_t *__restrict__ pmt, const uint8_t *__restrict__ pm,
+                                        int N) {
+  const int64_t M = (int64_t)N * N;
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < M;
+       t += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t a = t / N, b = t - a * N;
+    pmt[t] = pm[b * N + a];
+  }
+}
+
+/* ================================================================ launchers */
+
+static void launch_qkvbg(bf16 *P, int ldp, bf16 *q, bf16 *k, bf16 *v, bf16 *bias, bf16 *g, int N,
+                         int H, int D, int64_t m0, int64_t rows, int starting, bool gather,
+                         cudaStream_t s) {
+  const int64_t K5 = 4 * (int64_t)H * D + H;
+#define TA_QKVBG(VEC)                                                                        \
+  do {                                                                                       \
+    if (gather)                                                                              \
+      ta_qkvbg_kernel<VEC, true><<<mf_ew_blocks(rows * K5 / VEC), 256, 0, s>>>(             \
+          P, ldp, q, k, v, bias, g, N, H, D, m0, rows, starting);                            \
+    else                                                                                     \
+      ta_qkvbg_kernel<VEC, false><<<mf_ew_blocks(rows * K5 / VEC), 256, 0, s>>>(            \
+          P, ldp, q, k, v, bias, g, N, H, D, m0, rows, starting);                            \
+  } while (0)
+  if (H % 8 == 0) TA_QKVBG(8);
+  else if (H % 4 == 0) TA_QKVBG(4);
+  else TA_QKVBG(1);
+#undef TA_QKVBG
+  MF_CHECK_LAUNCH();
+}
+
+static void launch_heads(bf16 *cl, bf16 *att, int N, int H, int D, int64_t m0, int64_t rows,
+                         int starting, bool to_att, cudaStream_t s) {
+  const unsigned nb = mf_ew_blocks(rows * H * D / 8);
+  if (to_att) ta_heads_kernel<true><<<nb, 256, 0, s>>>(cl, att, N, H, D, m0, rows, starting);
+  else ta_heads_kernel<false><<<nb, 256, 0, s>>>(cl, att, N, H, D, m0, rows, starting);
+  MF_CHECK_LAUNCH();
+}
+
+static void launch_resdrop(bf16 *out, const float *u, const float *mask, int axis, int N,
+                           int64_t m0, int64_t rows, int C, cudaStream_t s) {
+  if (C % 8 == 0)
+    ta_resdrop_kernel<8><<<mf_ew_blocks(rows * C / 8), 256, 0, s>>>(out, u, mask, axis, N, m0,
+                                                                    rows, C);
+  else
+    ta_resdrop_kernel<1><<<mf_ew_blocks(rows * C), 256, 0, s>>>(out, u, mask, axis, N, m0, rows,
+                                                                C);
+  MF_CHECK_LAUNCH();
+}
+
+static void launch_dropbwd(bf16 *dd, const bf16 *dout, const float *mask, int axis, int N,
+                           int64_t m0, int64_t rows, int C, cudaStream_t s) {
+  if (C % 8 == 0)
+    ta_dropbwd_kernel<8><<<mf_ew_blocks(rows * C / 8), 256, 0, s>>>(dd, dout, mask, axis, N, m0,
+                                                                    rows, C);
+  else
+    ta_dropbwd_kernel<1><<<mf_ew_blocks(rows * C), 256, 0, s>>>(dd, dout, mask, axis, N, m0,
+                                                                rows, C);
+  MF_CHECK_LAUNCH();
+}
+
+/* ================================================================ buffers */
+
+typedef struct {
+  float *mu, *rs; /* (M) LN statistics, indexed by pair row m of z */
+  float *lse;     /* (N, H, N) softmax log-sum-exp, (i, h, j) */
+  bf16 *o;        /* (N, H, N, D) gated attention output, (i, h, j, d) */
+} ta_saved;
+
+static size_t saved_carve(ta_saved *s, void *base, int N, int H, int D) {
+  const int64_t M = (int64_t)N * N;
+  mf_carver cv = {(char *)base, 0};
+  s->mu = (float *)mf_carve(&cv, (size_t)M * sizeof(float));
+  s->rs = (float *)mf_carve(&cv, (size_t)M * sizeof(float));
+  s->lse = (float *)mf_carve(&cv, (size_t)M * H * sizeof(float));
+  s->o = (bf16 *)mf_carve(&cv, (size_t)M * H * D * sizeof(bf16));
+  return cv.used;
+}
+
+/* Chunk staging of R pair rows. */
+typedef struct {
+  bf16 *xh;    /* (R, C) LN rows */
+  bf16 *P;     /* (R, ldp) projections, then their gradients */
+  bf16 *ocl;   /* (R, HD) gated output channel-last, then its gradient */
+  bf16 *dd;    /* (R, C) dout ⊙ dropout mask (backward with a residual) */
+  float *u;    /* (R, C) Δz before the residual (forward), dx̂ (backward) */
+  float *part; /* (parts, 2C) LN parameter-gradient partials */
+} ta_stage;
+
+/* The workspace, carved as [pmt, mask | Y: q, k, v, g, bias, dO | X: dq, dk, dv, dg, dbias,
+ * attention workspace | staging, only when it cannot alias]. The staging lives inside X
+ * during the forward and the backward's first phase (X is not yet written then) and inside
+ * Y during the backward's last phase (q, k, v, g, bias and dO are dead after the attention
+ * backward), with chunks of R rows small enough to fit both; when that would need chunks
+ * under half the automatic size (tiny N), it gets its own region instead. */
+typedef struct {
+  uint8_t *pmt;            /* (N, N) pmᵀ (ending node with a pair mask) */
+  float *mask;             /* (N, C) dropout mask */
+  bf16 *q, *k, *v, *g;     /* (N, H, N, D) */
+  bf16 *bias;              /* (H, N, N) */
+  bf16 *dO;                /* (N, H, N, D) dL/d(gated output) (backward) */
+  bf16 *dq, *dk, *dv, *dg; /* (N, H, N, D) (backward) */
+  bf16 *dbias;             /* (H, N, N) (backward) */
+  void *att_ws;            /* the attention backward's workspace */
+  size_t att_ws_bytes;
+  int64_t R;               /* rows per chunk */
+  ta_stage sx;             /* staging of the forward and the backward's phase 1 */
+  ta_stage sy;             /* staging of the backward's phase 3 */
+} ta_ws;
+
+static int ta_ldp(int H, int D) { return (4 * H * D + H + 7) / 8 * 8; }
+
+static int64_t ta_chunk(int N, int C, int H, int D) {
+  const int64_t M = (int64_t)N * N;
+  return mf_fusion_chunk_rows(M, (size_t)C * (2 + 2 + 4) + (size_t)ta_ldp(H, D) * 2 +
+                                     (size_t)H * D * 2);
+}
+
+static mf_attn_dims ta_dims(int N, int H, int D) {
+  mf_attn_dims d = {1, N, H, N, N, D, 1.0 / sqrt((double)D)};
+  return d;
+}
+
+static size_t stage_carve(ta_stage *st, void *base, int64_t R, int C, int H, int D) {
+  mf_carver cv = {(char *)base, 0};
+  st->xh = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
+  st->P = (bf16 *)mf_carve(&cv, (size_t)R * ta_ldp(H, D) * sizeof(bf16));
+  st->ocl = (bf16 *)mf_carve(&cv, (size_t)R * H * D * sizeof(bf16));
+  st->dd = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
+  st->u = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
+  st->part = (float *)mf_carve(&cv, (size_t)mf_ln_rows_backward_parts(R) * 2 * C * sizeof(float));
+  return cv.used;
+}
+
+static size_t ws_carve(ta_ws *w, void *base, int N, int C, int H, int D) {
+  const int64_t M = (int64_t)N * N, HD = (int64_t)H * D, R_auto = ta_chunk(N, C, H, D);
+  const size_t att = (size_t)M * HD * sizeof(bf16), bia = (size_t)M * H * sizeof(bf16);
+  mf_carver cv = {(char *)base, 0};
+  w->pmt = (uint8_t *)mf_carve(&cv, (size_t)M);
+  w->mask = (float *)mf_carve(&cv, (size_t)N * C * sizeof(float));
+  const size_t y0 = cv.used;
+  w->q = (bf16 *)mf_carve(&cv, att);
+  w->k = (bf16 *)mf_carve(&cv, att);
+  w->v = (bf16 *)mf_carve(&cv, att);
+  w->g = (bf16 *)mf_carve(&cv, att);
+  w->bias = (bf16 *)mf_carve(&cv, bia);
+  w->dO = (bf16 *)mf_carve(&cv, att);
+  const size_t x0 = cv.used;
+  w->dq = (bf16 *)mf_carve(&cv, att);
+  w->dk = (bf16 *)mf_carve(&cv, att);
+  w->dv = (bf16 *)mf_carve(&cv, att);
+  w->dg = (bf16 *)mf_carve(&cv, att);
+  w->dbias = (bf16 *)mf_carve(&cv, bia);
+  w->att_ws_bytes = mf_attention_backward_cuda_workspace(ta_dims(N, H, D), 1);
+  w->att_ws = mf_carve(&cv, w->att_ws_bytes);
+  const size_t x1 = cv.used, cap = x0 - y0 < x1 - x0 ? x0 - y0 : x1 - x0;
+
+  /* the largest R <= R_auto whose staging fits both regions (staging grows with R) */
+  ta_stage st;
+  int64_t lo = 0, hi = R_auto;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (stage_carve(&st, NULL, mid, C, H, D) <= cap) lo = mid;
+    else hi = mid - 1;
+  }
+  if (lo >= 1 && 2 * lo >= R_auto) { /* alias */
+    w->R = lo;
+    stage_carve(&w->sx, base ? (char *)base + x0 : NULL, lo, C, H, D);
+    stage_carve(&w->sy, base ? (char *)base + y0 : NULL, lo, C, H, D);
+  } else { /* a region of its own */
+    w->R = R_auto;
+    void *sep = mf_carve(&cv, stage_carve(&st, NULL, R_auto, C, H, D));
+    stage_carve(&w->sx, sep, R_auto, C, H, D);
+    w->sy = w->sx;
+  }
+  return cv.used;
+}
+
+extern "C" size_t mf_triatt_cuda_saved_bytes(int N, int C, int H, int D) {
+  (void)C;
+  ta_saved s;
+  return saved_carve(&s, NULL, N, H, D);
+}
+
+extern "C" size_t mf_triatt_cuda_workspace(int N, int C, int H, int D) {
+  ta_ws w;
+  return ws_carve(&w, NULL, N, C, H, D);
+}
+
+static void ta_check(const mf_triatt_cuda_weights *w, int N, int C, int H, int D, int starting,
+                     const mf_resdrop_cuda *rd) {
+  MF_ASSERT(N > 0 && C > 0 && C <= 1024 && H > 0 && D > 0 && D % 8 == 0 && D <= 64,
+            "triatt_cuda dims N=%d C=%d H=%d D=%d (C <= 1024, D %% 8 == 0, D <= 64)", N, C, H, D);
+  MF_ASSERT(starting == 0 || starting == 1, "triatt_cuda: starting=%d", starting);
+  MF_ASSERT(w && w->ln_g && w->ln_b && w->w_qkvbg && w->w_o, "triatt_cuda: every weight is required");
+  MF_ASSERT(!rd || (rd->p >= 0 && rd->p < 1 && (rd->axis == MF_DROPOUT_ROWWISE ||
+                                                rd->axis == MF_DROPOUT_COLWISE)),
+            "triatt_cuda: bad residual dropout spec");
+}
+
+/* The key mask of the attention problem: pm (starting node) or pmᵀ (ending node). */
+static const uint8_t *ta_key_mask(const ta_ws *b, const uint8_t *pm, int N, int starting,
+                                  cudaStream_t stream) {
+  if (!pm || starting) return pm;
+  ta_mask_t_kernel<<<mf_ew_blocks((int64_t)N * N), 256, 0, stream>>>(b->pmt, pm, N);
+  MF_CHECK_LAUNCH();
+  return b->pmt;
+}
+
+/* x̂ = LN(z) for chunk rows r0.. (statistics computed or read), P = x̂·w_qkvbgᵀ, scattered
+ * into q, k, v, bias, g. */
+static void ta_project(ta_ws *b, const ta_stage *st, const ta_saved *s, const bf16 *z,
+                       const mf_triatt_cuda_weights *w, int N, int C, int H, int D, int starting,
+                       int64_t r0, int64_t rows, int use_saved, const mf_cuda_blas *blas,
+                       cudaStream_t stream) {
+  const int K5 = 4 * H * D + H, ldp = ta_ldp(H, D);
+  mf_ln_rows_cuda(st->xh, s->mu + r0, s->rs + r0, z + r0 * C, w->ln_g, w->ln_b, rows, C,
+                  MF_LN_FULL, use_saved, stream);
+  mf_gemm_rm_cuda(blas, stream, 0, 1, rows, K5, C, 1.0f, st->xh, C, w->w_qkvbg, C, 0.0f, st->P,
+                  MF_GEMM_OUT_BF16, ldp);
+  launch_qkvbg(st->P, ldp, b->q, b->k, b->v, b->bias, b->g, N, H, D, r0, rows, starting, false,
+               stream);
+}
+
+/* ================================================================ forward */
+
+extern "C" void mf_triatt_forward_cuda(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
+                                       const mf_triatt_cuda_weights *w, int N, int C, int H,
+                                       int D, int starting, const mf_resdrop_cuda *rd, void *ws,
+                                       size_t ws_bytes, const mf_cuda_blas *blas,
+                                       cudaStream_t stream) {
+  ta_check(w, N, C, H, D, starting, rd);
+  MF_ASSERT(out && saved && z && ws, "triatt_forward_cuda: NULL argument");
+  const int64_t M = (int64_t)N * N;
+  const int HD = H * D;
+  ta_saved s;
+  saved_carve(&s, saved, N, H, D);
+  ta_ws b;
+  MF_ASSERT(ws_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
+  ws_carve(&b, ws, N, C, H, D);
+  const int64_t R = b.R;
+  const ta_stage *st = &b.sx;
+  if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
+  const uint8_t *kmask = ta_key_mask(&b, pm, N, starting, stream);
+
+  /* x̂ = LN(z); [q | k | v | b | g] = x̂·w_qkvbgᵀ → attention layout */
+  for (int64_t r0 = 0; r0 < M; r0 += R)
+    ta_project(&b, st, &s, z, w, N, C, H, D, starting, r0, M - r0 < R ? M - r0 : R, 0, blas,
+               stream);
+  /* o = σ(g) ⊙ attention(q, k, v, bias, key mask) */
+  mf_attention_forward_cuda(s.o, s.lse, b.q, b.k, b.v, b.bias, kmask, b.g, ta_dims(N, H, D),
+                            stream);
+  /* Δz = o·W_oᵀ (rows back in z order); out = Δz or out += mask ⊙ Δz */
+  for (int64_t r0 = 0; r0 < M; r0 += R) {
+    const int64_t rows = M - r0 < R ? M - r0 : R;
+    launch_heads(st->ocl, s.o, N, H, D, r0, rows, starting, false, stream);
+    if (rd) {
+      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, HD, 1.0f, st->ocl, HD, w->w_o, HD, 0.0f, st->u,
+                      MF_GEMM_OUT_F32, C);
+      launch_resdrop(out, st->u, b.mask, (int)rd->axis, N, r0, rows, C, stream);
+    } else {
+      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, HD, 1.0f, st->ocl, HD, w->w_o, HD, 0.0f,
+                      out + r0 * C, MF_GEMM_OUT_BF16, C);
+    }
+  }
+}
+
+/* ================================================================ backward */
+
+#define G(field) (g ? g->field : NULL)
+
+extern "C" void mf_triatt_backward_cuda(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dout,
+                                        const void *saved, const bf16 *z, const uint8_t *pm,
+                                        const mf_triatt_cuda_weights *w, int N, int C, int H,
+                                        int D, int starting, const mf_resdrop_cuda *rd, void *ws,
+                                        size_t ws_bytes, const mf_cuda_blas *blas,
+                                        cudaStream_t stream) {
+  ta_check(w, N, C, H, D, starting, rd);
+  MF_ASSERT(dz && dout && saved && z && ws, "triatt_backward_cuda: NULL argument");
+  const int64_t M = (int64_t)N * N;
+  const int HD = H * D, K5 = 4 * HD + H, ldp = ta_ldp(H, D);
+  ta_saved s;
+  saved_carve(&s, (void *)saved, N, H, D); /* read only below */
+  ta_ws b;
+  MF_ASSERT(ws_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
+  ws_carve(&b, ws, N, C, H, D);
+  const int64_t R = b.R;
+  const ta_stage *st = &b.sx; /* inside dq.. (not yet written) */
+  if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
+  const uint8_t *kmask = ta_key_mask(&b, pm, N, starting, stream);
+
+  /* phase 1, per chunk: q, k, v, bias, g recomputed; out = o·W_oᵀ with dΔz = dout (⊙ mask)
+   *   ⇒ dW_o += dΔzᵀ·o,  dO = dΔz·W_o (scattered to the attention layout) */
+  for (int64_t r0 = 0; r0 < M; r0 += R) {
+    const int64_t rows = M - r0 < R ? M - r0 : R;
+    ta_project(&b, st, &s, z, w, N, C, H, D, starting, r0, rows, 1, blas, stream);
+    const bf16 *dd = dout + r0 * C;
+    if (rd) {
+      launch_dropbwd(st->dd, dout, b.mask, (int)rd->axis, N, r0, rows, C, stream);
+      dd = st->dd;
+    }
+    if (G(w_o)) {
+      launch_heads(st->ocl, s.o, N, H, D, r0, rows, starting, false, stream);
+      mf_gemm_rm_cuda(blas, stream, 1, 0, C, HD, rows, 1.0f, dd, C, st->ocl, HD, 1.0f, G(w_o),
+                      MF_GEMM_OUT_F32, HD);
+    }
+    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, HD, C, 1.0f, dd, C, w->w_o, HD, 0.0f, st->ocl,
+                    MF_GEMM_OUT_BF16, HD);
+    launch_heads(st->ocl, b.dO, N, H, D, r0, rows, starting, true, stream);
+  }
+
+  /* phase 2: the attention (all its gradients assign) */
+  mf_attention_backward_cuda(b.dq, b.dk, b.dv, b.dbias, b.dg, b.dO, s.o, s.lse, b.q, b.k, b.v,
+                             b.bias, kmask, b.g, ta_dims(N, H, D), b.att_ws, b.att_ws_bytes,
+                             stream);
+
+  /* phase 3, per chunk: dP = [dq | dk | dv | dbias | dg] in pair rows
+   *   ⇒ dw_qkvbg += dPᵀ·x̂,  dx̂ = dP·w_qkvbg,  dz = LN backward (assign, or add with rd)
+   * (staging now inside q, k, v, g, bias, dO: dead after the attention backward) */
+  st = &b.sy;
+  for (int64_t r0 = 0; r0 < M; r0 += R) {
+    const int64_t rows = M - r0 < R ? M - r0 : R;
+    mf_ln_rows_cuda(st->xh, s.mu + r0, s.rs + r0, z + r0 * C, w->ln_g, w->ln_b, rows, C,
+                    MF_LN_FULL, 1, stream);
+    launch_qkvbg(st->P, ldp, b.dq, b.dk, b.dv, b.dbias, b.dg, N, H, D, r0, rows, starting, true,
+                 stream);
+    if (G(w_qkvbg))
+      mf_gemm_rm_cuda(blas, stream, 1, 0, K5, C, rows, 1.0f, st->P, ldp, st->xh, C, 1.0f,
+                      G(w_qkvbg), MF_GEMM_OUT_F32, C);
+    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, K5, 1.0f, st->P, ldp, w->w_qkvbg, C, 0.0f, st->u,
+                    MF_GEMM_OUT_F32, C);
+    mf_ln_rows_backward_cuda(dz + r0 * C, st->part, st->u, z + r0 * C, s.mu + r0, s.rs + r0, w->ln_g,
+                             rows, C, MF_LN_FULL, rd ? 1 : 0, stream);
+    mf_ln_param_grad_reduce_cuda(G(ln_g), G(ln_b), st->part, mf_ln_rows_backward_parts(rows), C,
+                                 stream);
+  }
+}
