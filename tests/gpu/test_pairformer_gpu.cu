@@ -17,6 +17,7 @@
 #include "../harness.h"
 #include "model/cuda/pairformer_cuda.h"
 #include "model/params.h"
+#include "model/parity.h"
 #include "model/stack.h"
 #include "ops/cuda/device.h"
 #include "ops/cuda/gpu.h"
@@ -268,6 +269,50 @@ static void check_vs_cpu(const char *name, mf_pairformer_config c, int L, int N,
   problem_free(&P);
 }
 
+/* With MF_PARITY_OUT=dir: the GPU's results on one problem as a parity bundle
+ * (model/parity.h) at dir/<name>.safetensors, for tools/reference/parity.py. */
+static void write_bundle(const char *dir, const char *name, mf_pairformer_config c, int N) {
+  problem P;
+  problem_make(&P, c, 2, N, 1, 1, 77);
+  gpu_results g;
+  gpu_run(&P, (mf_stack_policy){MF_STACK_RECOMPUTE, 0}, &g, 1);
+  mf_stack_rng rng = {7, 3, P.training};
+  const int N = P.N, Cs = P.c.c_s, Cz = P.c.c_z;
+  const int64_t sh_s[2] = {N, Cs}, sh_z[3] = {N, N, Cz}, sh_m[1] = {N};
+  double *x = mf_test_alloc(P.zn > P.t.total ? P.zn : P.t.total);
+  float *f = (float *)malloc((size_t)(P.zn > P.t.total ? P.zn : P.t.total) * sizeof(float));
+  MF_CHECK_PTR(f);
+  mf_parity *b;
+  mf_status st = mf_parity_open(&b);
+  st = st ? st : mf_parity_meta_std(b, &P.t, N, P.training, "gpu-bf16");
+  st = st ? st : mf_parity_add_params(b, "", &P.t, P.params);
+  st = st ? st : mf_parity_add_f32(b, "in.s", 2, sh_s, P.s);
+  st = st ? st : mf_parity_add_f32(b, "in.z", 3, sh_z, P.z);
+  st = st ? st : mf_parity_add_u8(b, "in.mask", 1, sh_m, P.mask);
+  st = st ? st : mf_parity_add_f32(b, "dout.s", 2, sh_s, P.dso);
+  st = st ? st : mf_parity_add_f32(b, "dout.z", 3, sh_z, P.dzo);
+  st = st ? st : mf_parity_add_dropout(b, &P.t, N, rng);
+  const void *dev[4] = {g.so, g.zo, g.ds, g.dz};
+  const char *names[4] = {"out.s", "out.z", "grad.in.s", "grad.in.z"};
+  for (int k = 0; k < 4 && st == MF_OK; k++) {
+    int64_t n = k % 2 ? P.zn : P.sn;
+    down_bf16(x, (const mf_bf16_t *)dev[k], n);
+    for (int64_t i = 0; i < n; i++) f[i] = (float)x[i];
+    st = mf_parity_add_f32_raw(b, names[k], k % 2 ? 3 : 2, k % 2 ? sh_z : sh_s, f);
+  }
+  MF_CHECK_CUDA(cudaMemcpy(f, g.grads, (size_t)P.t.total * 4, cudaMemcpyDeviceToHost));
+  st = st ? st : mf_parity_add_params_f32(b, "grad.", &P.t, f);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
+  st = st ? st : mf_parity_write(b, path);
+  MF_TEST(st == MF_OK, "parity bundle written to %s (%s)", path, st ? mf_error_message() : "ok");
+  printf("  parity bundle: %s\n", path);
+  mf_parity_free(b);
+  free(f);
+  gpu_free(&g);
+  problem_free(&P);
+}
+
 static void check_policies(void) {
   problem P;
   problem_make(&P, small_config(), 5, 33, 1, 1, 91);
@@ -364,6 +409,10 @@ int main(void) {
   check_vs_cpu("af3 N=48", af3, 1, 48, 0, 0, 14);
   check_policies();
   check_planner();
+  if (getenv("MF_PARITY_OUT")) {
+    write_bundle(getenv("MF_PARITY_OUT"), "gpu_small_L2_N29", small_config(), 29);
+    write_bundle(getenv("MF_PARITY_OUT"), "gpu_af3_L2_N40", af3, 40);
+  }
   if (!getenv("MF_TEST_NO_TIMING")) {
     time_block(256);
     time_block(384);
