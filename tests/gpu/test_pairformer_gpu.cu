@@ -277,7 +277,7 @@ static void write_bundle(const char *dir, const char *name, mf_pairformer_config
   gpu_results g;
   gpu_run(&P, (mf_stack_policy){MF_STACK_RECOMPUTE, 0}, &g, 1);
   mf_stack_rng rng = {7, 3, P.training};
-  const int N = P.N, Cs = P.c.c_s, Cz = P.c.c_z;
+  const int Cs = P.c.c_s, Cz = P.c.c_z;
   const int64_t sh_s[2] = {N, Cs}, sh_z[3] = {N, N, Cz}, sh_m[1] = {N};
   double *x = mf_test_alloc(P.zn > P.t.total ? P.zn : P.t.total);
   float *f = (float *)malloc((size_t)(P.zn > P.t.total ? P.zn : P.t.total) * sizeof(float));
