@@ -17,7 +17,10 @@
  * (dz += ∂Δs/∂z) — the Pairformer block passes dz holding the pair path's gradient.
  * ds and dz may be NULL to skip them. mask (N) uint8 1 = valid, or NULL.
  * Determinism: no float atomics; two runs are bit-identical.
- * Requirements: D % 8 == 0, D <= 64, Cs, Cz <= 1024. Not the CPU reference. */
+ * Requirements: D % 8 == 0, D <= 64, Cs <= 1024, Cz <= 128, H <= 16 (the fused pair
+ * kernels keep a row of z and W_z in registers; AF3: Cz = 128, H = 16). Workspace:
+ * mf_apb_cuda_workspace bytes, shared by the forward and the backward, O(N·HD + H·N²).
+ * Implementation: src/ops/cuda/attn_pair_bias.cu. Not the CPU reference. */
 #ifndef MF_OPS_CUDA_ATTN_PAIR_BIAS_CUDA_H
 #define MF_OPS_CUDA_ATTN_PAIR_BIAS_CUDA_H
 
