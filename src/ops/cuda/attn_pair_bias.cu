@@ -16,6 +16,9 @@
  *            warps in warp order, the blocks' partials are summed in block order by
  *            apb_part_reduce_kernel (no atomics; the row → block map depends only on N).
  * The pair pass reads z once in the forward and z, dz once in the backward (writes dz once).
+ * Two variants of the pair kernels (mf_apb_cuda_set_variant): 1 (default) stages each
+ * block's tile of 64 rows of z (and dz) in shared memory, double-buffered with cp.async, so
+ * a whole tile of loads is in flight; 0 lets each warp load its own rows (portable).
  * Pair-kernel limits: Cz <= 128 and H <= 16 (the row and W_z live in registers).
  * Not the CPU reference, not the conditioned (AdaLN) variant. */
 #include "attn_pair_bias_cuda.h"
@@ -113,6 +116,44 @@ static __device__ __forceinline__ void apb_normalise(float *xh, float *rs_out, c
   *rs_out = rs;
 }
 
+/* Reduce-scatter of a[0..2·HALF) over lanes OFF apart: the lane with bit OFF set keeps the
+ * upper half, its partner the lower, each adding the other's; recursion halves again. */
+template <int HALF, int OFF>
+static __device__ __forceinline__ void apb_reduce_scatter(float *a, int lane) {
+  const bool up = (lane & OFF) != 0;
+#pragma unroll
+  for (int k = 0; k < HALF; k++) {
+    const float send = up ? a[k] : a[k + HALF];
+    const float keep = up ? a[k + HALF] : a[k];
+    a[k] = keep + __shfl_xor_sync(0xffffffffu, send, OFF);
+  }
+  if constexpr (HALF > 1) apb_reduce_scatter<HALF / 2, OFF / 2>(a, lane);
+}
+
+/* One row of the forward: LN of the row (registers), its dot products with the HG heads
+ * of wf (γ folded in; cb = β·W_z added once, by lane 0), reduce-scattered over the warp:
+ * returns the sum of head hl (see the kernels), complete on the writer lanes. */
+template <int V, bool CONTIG, int HG>
+static __device__ __forceinline__ float apb_fwd_row(const bf16 *row, const float (&wf)[HG][V],
+                                                    const float (&cb)[HG], int lane, int Cz) {
+  float x[V], xh[V], rs;
+  apb_load_row<V, CONTIG>(x, row, lane, Cz);
+  apb_normalise<V, CONTIG>(xh, &rs, x, lane, Cz);
+  float a[HG];
+#pragma unroll
+  for (int h = 0; h < HG; h++) {
+    float acc = lane == 0 ? cb[h] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; i++) acc = fmaf(xh[i], wf[h][i], acc);
+    a[h] = acc;
+  }
+  apb_reduce_scatter<HG / 2, MF_WARP_SIZE / 2>(a, lane);
+#pragma unroll
+  for (int off = MF_WARP_SIZE / HG / 2; off >= 1; off /= 2)
+    a[0] += __shfl_xor_sync(0xffffffffu, a[0], off);
+  return a[0];
+}
+
 /* bias (H, M) = (LN_z(z (M, Cz))·W_zᵀ)ᵀ, M = N²: see the file comment. HG >= H heads in
  * registers (heads past H have zero weights and are not written). */
 template <int V, bool CONTIG, int HG>
@@ -150,32 +191,8 @@ apb_bias_fwd_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
     const int64_t m0 = t * APB_TR;
     const int nr = (int)(M - m0 < APB_TR ? M - m0 : APB_TR);
     for (int r = wp; r < nr; r += APB_WARPS) {
-      float x[V], xh[V], rs;
-      apb_load_row<V, CONTIG>(x, z + (m0 + r) * Cz, lane, Cz);
-      apb_normalise<V, CONTIG>(xh, &rs, x, lane, Cz);
-      float a[HG];
-#pragma unroll
-      for (int h = 0; h < HG; h++) {
-        float acc = lane == 0 ? cb[h] : 0.0f;
-#pragma unroll
-        for (int i = 0; i < V; i++) acc = fmaf(xh[i], wf[h][i], acc);
-        a[h] = acc;
-      }
-      /* reduce-scatter: each step halves the heads a lane keeps */
-#pragma unroll
-      for (int half = HG / 2, off = MF_WARP_SIZE / 2; half >= 1; half /= 2, off /= 2) {
-        const bool up = (lane & off) != 0;
-#pragma unroll
-        for (int k = 0; k < half; k++) {
-          const float send = up ? a[k] : a[k + half];
-          const float keep = up ? a[k + half] : a[k];
-          a[k] = keep + __shfl_xor_sync(0xffffffffu, send, off);
-        }
-      }
-#pragma unroll
-      for (int off = MF_WARP_SIZE / HG / 2; off >= 1; off /= 2)
-        a[0] += __shfl_xor_sync(0xffffffffu, a[0], off);
-      if (writer) tile[hl * (APB_TR + 1) + r] = a[0];
+      const float bh = apb_fwd_row<V, CONTIG, HG>(z + (m0 + r) * Cz, wf, cb, lane, Cz);
+      if (writer) tile[hl * (APB_TR + 1) + r] = bh;
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < H * APB_TR; idx += blockDim.x) {
@@ -279,6 +296,214 @@ apb_bias_bwd_kernel(bf16 *__restrict__ dz, float *__restrict__ part, const bf16 
   for (int j = threadIdx.x; j < P; j += blockDim.x) part[(int64_t)blockIdx.x * P + j] = red[j];
 }
 
+/* ---------------------------------------------------------------- pipelined variant
+ * The same two kernels with the block's tile of z rows (and of dz, backward) staged in
+ * shared memory, double-buffered: the loads of tile t + gridDim.x are issued (cp.async,
+ * 16 bytes, when ASYNC: Cz % 8 == 0 and 16-byte aligned z, dz; else plain copies) before
+ * tile t is computed, so a block keeps a whole tile of loads in flight instead of one row
+ * per warp; the next tile's dbias values are prefetched into registers likewise. */
+
+static __device__ __forceinline__ void apb_cp16(void *smem, const void *gmem) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+static __device__ __forceinline__ void apb_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+static __device__ __forceinline__ void apb_cp_wait_all(void) {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* dst (n bf16, shared) ← src (n bf16, global), by the whole block. */
+template <bool ASYNC>
+static __device__ __forceinline__ void apb_tile_issue(bf16 *dst, const bf16 *__restrict__ src, int n) {
+  if (ASYNC) {
+    for (int c = threadIdx.x; c < n / 8; c += blockDim.x) apb_cp16(dst + c * 8, src + c * 8);
+  } else {
+    for (int e = threadIdx.x; e < n; e += blockDim.x) dst[e] = src[e];
+  }
+}
+
+template <int V, bool CONTIG, int HG, bool ASYNC>
+static __global__ void __launch_bounds__(APB_THREADS)
+apb_bias_fwd_pipe_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
+                         const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
+                         const bf16 *__restrict__ w, int64_t M, int Cz, int H) {
+  extern __shared__ __align__(16) unsigned char apb_sm[];
+  bf16 *zt = (bf16 *)apb_sm;                         /* (2, APB_TR, Cz) */
+  float *tile = (float *)(zt + 2 * APB_TR * Cz);     /* (HG, APB_TR + 1) */
+  const int lane = threadIdx.x % MF_WARP_SIZE, wp = threadIdx.x / MF_WARP_SIZE;
+  float wf[HG][V], cb[HG];
+#pragma unroll
+  for (int h = 0; h < HG; h++) {
+    float t = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      const int c = apb_chan<V, CONTIG>(lane, i);
+      const bool ok = h < H && c < Cz;
+      const float wv = ok ? mf_bf16_to_f32(w[(int64_t)h * Cz + c]) : 0.0f;
+      wf[h][i] = ok ? mf_bf16_to_f32(gamma[c]) * wv : 0.0f;
+      t += ok ? mf_bf16_to_f32(beta[c]) * wv : 0.0f;
+    }
+    cb[h] = mf_warp_sum(t);
+  }
+  int hl = 0;
+#pragma unroll
+  for (int half = HG / 2, off = MF_WARP_SIZE / 2; half >= 1; half /= 2, off /= 2)
+    hl += (lane & off) ? half : 0;
+  const bool writer = (lane & (MF_WARP_SIZE / HG - 1)) == 0 && hl < H;
+
+  const int64_t ntiles = (M + APB_TR - 1) / APB_TR;
+  int64_t t = blockIdx.x;
+  if (t < ntiles) {
+    const int64_t m0 = t * APB_TR;
+    apb_tile_issue<ASYNC>(zt, z + m0 * Cz, (int)((M - m0 < APB_TR ? M - m0 : APB_TR) * Cz));
+    if (ASYNC) apb_cp_commit();
+  }
+  for (int buf = 0; t < ntiles; t += gridDim.x, buf ^= 1) {
+    const int64_t m0 = t * APB_TR;
+    const int nr = (int)(M - m0 < APB_TR ? M - m0 : APB_TR);
+    if (ASYNC) apb_cp_wait_all();
+    __syncthreads();
+    const int64_t tn = t + gridDim.x;
+    if (tn < ntiles) {
+      const int64_t mn = tn * APB_TR;
+      apb_tile_issue<ASYNC>(zt + (buf ^ 1) * APB_TR * Cz, z + mn * Cz,
+                            (int)((M - mn < APB_TR ? M - mn : APB_TR) * Cz));
+      if (ASYNC) apb_cp_commit();
+    }
+    const bf16 *zb = zt + buf * APB_TR * Cz;
+    for (int r = wp; r < nr; r += APB_WARPS) {
+      const float bh = apb_fwd_row<V, CONTIG, HG>(zb + r * Cz, wf, cb, lane, Cz);
+      if (writer) tile[hl * (APB_TR + 1) + r] = bh;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < H * APB_TR; idx += blockDim.x) {
+      const int h = idx / APB_TR, r = idx - h * APB_TR;
+      if (r < nr) bias[(int64_t)h * M + m0 + r] = mf_f32_to_bf16(tile[h * (APB_TR + 1) + r]);
+    }
+  }
+}
+
+template <int V, bool CONTIG, int HG, bool ASYNC>
+static __global__ void __launch_bounds__(APB_THREADS)
+apb_bias_bwd_pipe_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
+                         const bf16 *__restrict__ dbias, const bf16 *__restrict__ z,
+                         const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
+                         const bf16 *__restrict__ w, int64_t M, int Cz, int H) {
+  constexpr int DBN = (HG * APB_TR + APB_THREADS - 1) / APB_THREADS;
+  extern __shared__ __align__(16) unsigned char apb_sm[];
+  bf16 *zt = (bf16 *)apb_sm;                     /* (2, APB_TR, Cz) */
+  bf16 *dzt = zt + 2 * APB_TR * Cz;              /* (2, APB_TR, Cz) */
+  float *dt = (float *)(dzt + 2 * APB_TR * Cz);  /* (HG, APB_TR + 1) */
+  float *red = dt + HG * (APB_TR + 1);           /* (H·Cz + 2Cz) */
+  const int lane = threadIdx.x % MF_WARP_SIZE, wp = threadIdx.x / MF_WARP_SIZE;
+  float wr[HG][V], gm[V], bt[V], acc[HG][V], pg[V], pb[V];
+#pragma unroll
+  for (int i = 0; i < V; i++) {
+    const int c = apb_chan<V, CONTIG>(lane, i);
+    gm[i] = c < Cz ? mf_bf16_to_f32(gamma[c]) : 0.0f;
+    bt[i] = c < Cz ? mf_bf16_to_f32(beta[c]) : 0.0f;
+    pg[i] = pb[i] = 0.0f;
+#pragma unroll
+    for (int h = 0; h < HG; h++) {
+      wr[h][i] = (h < H && c < Cz) ? mf_bf16_to_f32(w[(int64_t)h * Cz + c]) : 0.0f;
+      acc[h][i] = 0.0f;
+    }
+  }
+  const int64_t ntiles = (M + APB_TR - 1) / APB_TR;
+  float dbp[DBN];
+  int64_t t = blockIdx.x;
+  if (t < ntiles) {
+    const int64_t m0 = t * APB_TR;
+    const int nr = (int)(M - m0 < APB_TR ? M - m0 : APB_TR);
+    apb_tile_issue<ASYNC>(zt, z + m0 * Cz, nr * Cz);
+    if (dz) apb_tile_issue<ASYNC>(dzt, dz + m0 * Cz, nr * Cz);
+    if (ASYNC) apb_cp_commit();
+#pragma unroll
+    for (int k = 0; k < DBN; k++) {
+      const int idx = threadIdx.x + k * APB_THREADS, h = idx / APB_TR, r = idx - h * APB_TR;
+      dbp[k] = (h < H && r < nr) ? mf_bf16_to_f32(dbias[(int64_t)h * M + m0 + r]) : 0.0f;
+    }
+  }
+  for (int buf = 0; t < ntiles; t += gridDim.x, buf ^= 1) {
+    const int64_t m0 = t * APB_TR;
+    const int nr = (int)(M - m0 < APB_TR ? M - m0 : APB_TR);
+#pragma unroll
+    for (int k = 0; k < DBN; k++) {
+      const int idx = threadIdx.x + k * APB_THREADS, h = idx / APB_TR, r = idx - h * APB_TR;
+      if (h < HG) dt[h * (APB_TR + 1) + r] = dbp[k];
+    }
+    if (ASYNC) apb_cp_wait_all();
+    __syncthreads();
+    const int64_t tn = t + gridDim.x;
+    if (tn < ntiles) {
+      const int64_t mn = tn * APB_TR;
+      const int nn = (int)(M - mn < APB_TR ? M - mn : APB_TR);
+      apb_tile_issue<ASYNC>(zt + (buf ^ 1) * APB_TR * Cz, z + mn * Cz, nn * Cz);
+      if (dz) apb_tile_issue<ASYNC>(dzt + (buf ^ 1) * APB_TR * Cz, dz + mn * Cz, nn * Cz);
+      if (ASYNC) apb_cp_commit();
+#pragma unroll
+      for (int k = 0; k < DBN; k++) {
+        const int idx = threadIdx.x + k * APB_THREADS, h = idx / APB_TR, r = idx - h * APB_TR;
+        dbp[k] = (h < H && r < nn) ? mf_bf16_to_f32(dbias[(int64_t)h * M + mn + r]) : 0.0f;
+      }
+    }
+    const bf16 *zb = zt + buf * APB_TR * Cz, *dzb = dzt + buf * APB_TR * Cz;
+    for (int r = wp; r < nr; r += APB_WARPS) {
+      float x[V], xh[V], rs, dy[V];
+      apb_load_row<V, CONTIG>(x, zb + r * Cz, lane, Cz);
+      apb_normalise<V, CONTIG>(xh, &rs, x, lane, Cz);
+#pragma unroll
+      for (int i = 0; i < V; i++) dy[i] = 0.0f;
+#pragma unroll
+      for (int h = 0; h < HG; h++) {
+        const float d = dt[h * (APB_TR + 1) + r];
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+          dy[i] = fmaf(d, wr[h][i], dy[i]);
+          acc[h][i] = fmaf(d, fmaf(xh[i], gm[i], bt[i]), acc[h][i]);
+        }
+      }
+      float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+      for (int i = 0; i < V; i++) {
+        pg[i] = fmaf(dy[i], xh[i], pg[i]);
+        pb[i] += dy[i];
+        const float g = dy[i] * gm[i];
+        sg += g;
+        sgx = fmaf(g, xh[i], sgx);
+      }
+      if (dz) {
+        sg = mf_warp_sum(sg) / (float)Cz;
+        sgx = mf_warp_sum(sgx) / (float)Cz;
+        float o[V];
+        apb_load_row<V, CONTIG>(o, dzb + r * Cz, lane, Cz);
+#pragma unroll
+        for (int i = 0; i < V; i++) o[i] += rs * (dy[i] * gm[i] - sg - xh[i] * sgx);
+        apb_store_row<V, CONTIG>(dz + (m0 + r) * Cz, o, lane, Cz);
+      }
+    }
+    __syncthreads();
+  }
+  const int HC = H * Cz;
+  for (int k = 0; k < APB_WARPS; k++) {
+    if (wp == k) {
+#pragma unroll
+      for (int i = 0; i < V; i++) {
+        const int c = apb_chan<V, CONTIG>(lane, i);
+        if (c >= Cz) continue;
+#pragma unroll
+        for (int h = 0; h < HG; h++)
+          if (h < H) red[h * Cz + c] = (k ? red[h * Cz + c] : 0.0f) + acc[h][i];
+        red[HC + c] = (k ? red[HC + c] : 0.0f) + pg[i];
+        red[HC + Cz + c] = (k ? red[HC + Cz + c] : 0.0f) + pb[i];
+      }
+    }
+    __syncthreads();
+  }
+  const int P = HC + 2 * Cz;
+  for (int j = threadIdx.x; j < P; j += blockDim.x) part[(int64_t)blockIdx.x * P + j] = red[j];
+}
+
 /* dw (H·Cz), dg (Cz), db (Cz) += Σ_p part[p] in order p = 0..parts−1; any may be NULL. */
 static __global__ void apb_part_reduce_kernel(float *__restrict__ dw, float *__restrict__ dg,
                                               float *__restrict__ db, const float *__restrict__ part,
@@ -298,6 +523,11 @@ static __global__ void apb_part_reduce_kernel(float *__restrict__ dw, float *__r
 typedef struct {
   bf16 *p[4];
 } apb_heads;
+
+/* h.p[t] without a dynamically indexed parameter array (which would go through local memory). */
+static __device__ __forceinline__ bf16 *apb_pick(const apb_heads &h, int t) {
+  return t == 0 ? h.p[0] : t == 1 ? h.p[1] : t == 2 ? h.p[2] : h.p[3];
+}
 
 /* dst.p[t] (H, N, D) ← src (N, ld) columns t·HD .. (t+1)·HD − 1, t < T, 8 values per thread
  * (D % 8 == 0); b0 (HD) added to tensor 0 when not NULL. */
@@ -322,7 +552,7 @@ static __global__ void apb_rows_to_heads_kernel(apb_heads dst, const SRC *__rest
 #pragma unroll
       for (int k = 0; k < 8; k++) v[k] += b[k];
     }
-    mf_stv<8>(dst.p[t] + ((int64_t)h * N + i) * D + d, v);
+    mf_stv<8>(apb_pick(dst, t) + ((int64_t)h * N + i) * D + d, v);
   }
 }
 
@@ -336,7 +566,7 @@ static __global__ void apb_heads_to_rows_kernel(bf16 *__restrict__ dst, int ld, 
     const int i = (int)(idx / per_row), col = (int)(idx - (int64_t)i * per_row) * 8;
     const int t = col / HD, hd = col - t * HD, h = hd / D, d = hd - h * D;
     *(uint4 *)(dst + (int64_t)i * ld + col) =
-        *(const uint4 *)(src.p[t] + ((int64_t)h * N + i) * D + d);
+        *(const uint4 *)(apb_pick(src, t) + ((int64_t)h * N + i) * D + d);
   }
 }
 
@@ -379,21 +609,68 @@ static int bwd_blocks(int N) {
   return (int)(t < APB_BWD_MAX_BLOCKS ? t : APB_BWD_MAX_BLOCKS);
 }
 
+static int g_variant = 1; /* 1: pipelined tiles (default), 0: per-warp row loads */
+
+extern "C" int mf_apb_cuda_set_variant(int variant) {
+  MF_ASSERT(variant == 0 || variant == 1, "apb_cuda variant %d", variant);
+  const int old = g_variant;
+  g_variant = variant;
+  return old;
+}
+
+/* Launches kern with `smem` bytes of dynamic shared memory, opting in past 48 KiB. */
+template <typename... KArgs, typename... Args>
+static void apb_go(void (*kern)(KArgs...), unsigned blocks, size_t smem, cudaStream_t s,
+                   Args... args) {
+  if (smem > 48 * 1024)
+    MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  kern<<<blocks, APB_THREADS, smem, s>>>(args...);
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 static void launch_bias_fwd(bf16 *bias, const bf16 *z, const mf_apb_cuda_weights *w, int N,
                             int Cz, int H, cudaStream_t s) {
   const int64_t M = (int64_t)N * N, t = pair_tiles(N);
   const unsigned blocks = (unsigned)(t < APB_FWD_MAX_BLOCKS ? t : APB_FWD_MAX_BLOCKS);
-  APB_DISPATCH((apb_bias_fwd_kernel<V_, CG_, HG_><<<blocks, APB_THREADS, 0, s>>>(
-      bias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+  if (g_variant == 0) {
+    APB_DISPATCH((apb_bias_fwd_kernel<V_, CG_, HG_><<<blocks, APB_THREADS, 0, s>>>(
+        bias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+  } else {
+    const int HGmax = H <= 4 ? 4 : H <= 8 ? 8 : 16;
+    const size_t smem = (size_t)2 * APB_TR * Cz * sizeof(bf16) + (size_t)HGmax * (APB_TR + 1) * sizeof(float);
+    if (Cz % 8 == 0 && aligned16(z)) {
+      APB_DISPATCH((apb_go(apb_bias_fwd_pipe_kernel<V_, CG_, HG_, true>, blocks, smem, s,
+                           bias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+    } else {
+      APB_DISPATCH((apb_go(apb_bias_fwd_pipe_kernel<V_, CG_, HG_, false>, blocks, smem, s,
+                           bias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+    }
+  }
   MF_CHECK_LAUNCH();
 }
 
 static void launch_bias_bwd(bf16 *dz, float *part, const bf16 *dbias, const bf16 *z,
                             const mf_apb_cuda_weights *w, int N, int Cz, int H, cudaStream_t s) {
   const int64_t M = (int64_t)N * N;
-  const size_t smem = (size_t)(H * Cz + 2 * Cz) * sizeof(float);
-  APB_DISPATCH((apb_bias_bwd_kernel<V_, CG_, HG_><<<bwd_blocks(N), APB_THREADS, smem, s>>>(
-      dz, part, dbias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+  const unsigned blocks = (unsigned)bwd_blocks(N);
+  if (g_variant == 0) {
+    const size_t smem = (size_t)(H * Cz + 2 * Cz) * sizeof(float);
+    APB_DISPATCH((apb_bias_bwd_kernel<V_, CG_, HG_><<<blocks, APB_THREADS, smem, s>>>(
+        dz, part, dbias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+  } else {
+    const int HGmax = H <= 4 ? 4 : H <= 8 ? 8 : 16;
+    const size_t smem = (size_t)4 * APB_TR * Cz * sizeof(bf16) +
+                        (size_t)HGmax * (APB_TR + 1) * sizeof(float) +
+                        (size_t)(H * Cz + 2 * Cz) * sizeof(float);
+    if (Cz % 8 == 0 && aligned16(z) && (!dz || aligned16(dz))) {
+      APB_DISPATCH((apb_go(apb_bias_bwd_pipe_kernel<V_, CG_, HG_, true>, blocks, smem, s,
+                           dz, part, dbias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+    } else {
+      APB_DISPATCH((apb_go(apb_bias_bwd_pipe_kernel<V_, CG_, HG_, false>, blocks, smem, s,
+                           dz, part, dbias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+    }
+  }
   MF_CHECK_LAUNCH();
 }
 

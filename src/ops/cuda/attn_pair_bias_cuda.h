@@ -71,6 +71,13 @@ void mf_apb_backward_cuda(__nv_bfloat16 *ds, __nv_bfloat16 *dz, const mf_apb_cud
                           int accumulate_ds, void *ws, size_t ws_bytes,
                           const mf_cuda_blas *blas, cudaStream_t stream);
 
+/* Pair-kernel variant for the tests and the benchmark: 1 = the block's tile of z (and dz)
+ * rows staged in shared memory, double-buffered with cp.async (the default); 0 = each
+ * warp loads its rows itself (no architecture-specific instructions). Same results up to
+ * fp32 rounding order (none: the two do the same arithmetic in the same order). Returns
+ * the previous variant. */
+int mf_apb_cuda_set_variant(int variant);
+
 #ifdef __cplusplus
 }
 #endif
