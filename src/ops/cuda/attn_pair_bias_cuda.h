@@ -17,7 +17,10 @@
  * (dz += ∂Δs/∂z) — the Pairformer block passes dz holding the pair path's gradient.
  * ds and dz may be NULL to skip them. mask (N) uint8 1 = valid, or NULL.
  * Determinism: no float atomics; two runs are bit-identical.
- * Requirements: D % 8 == 0, D <= 64, Cs, Cz <= 1024. Not the CPU reference. */
+ * Requirements: D % 8 == 0, D <= 64, Cs <= 1024, Cz <= 128, H <= 16 (the fused pair
+ * kernels keep a row of z and W_z in registers; AF3: Cz = 128, H = 16). Workspace:
+ * mf_apb_cuda_workspace bytes, shared by the forward and the backward, O(N·HD + H·N²).
+ * Implementation: src/ops/cuda/attn_pair_bias.cu. Not the CPU reference. */
 #ifndef MF_OPS_CUDA_ATTN_PAIR_BIAS_CUDA_H
 #define MF_OPS_CUDA_ATTN_PAIR_BIAS_CUDA_H
 
@@ -67,6 +70,13 @@ void mf_apb_backward_cuda(__nv_bfloat16 *ds, __nv_bfloat16 *dz, const mf_apb_cud
                           const mf_apb_cuda_weights *w, int N, int Cs, int Cz, int H, int D,
                           int accumulate_ds, void *ws, size_t ws_bytes,
                           const mf_cuda_blas *blas, cudaStream_t stream);
+
+/* Pair-kernel variant for the tests and the benchmark: 1 = the block's tile of z (and dz)
+ * rows staged in shared memory, double-buffered with cp.async (the default); 0 = each
+ * warp loads its rows itself (no architecture-specific instructions). Same results up to
+ * fp32 rounding order (none: the two do the same arithmetic in the same order). Returns
+ * the previous variant. */
+int mf_apb_cuda_set_variant(int variant);
 
 #ifdef __cplusplus
 }

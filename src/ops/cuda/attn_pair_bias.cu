@@ -1,0 +1,893 @@
+/* attn_pair_bias.cu — the trunk's single attention with pair bias on the GPU, forward and
+ * backward (see attn_pair_bias_cuda.h; the CPU reference is src/ops/cpu/attn_pair_bias.c).
+ *
+ * Single track (N rows, tiny): LN(s) (mf_ln_rows_cuda) → four cuBLAS GEMMs into one fp32
+ * (N, 4·HD) buffer [q | k | v | g] → one re-layout kernel into heads (H, N, D) adding b_q
+ * → EvoFlash-3D (B = R = 1, gate fused, key mask) → heads back to (N, HD) → GEMM with W_o
+ * (beta = 1 for the residual).
+ * Pair track (N² rows, the only large pass): one fused kernel per direction —
+ *   forward  apb_bias_fwd_kernel: a warp normalises a row of z (Cz channels in registers),
+ *            dots it with W_z (H, Cz) held in registers (γ folded in, β·W_z as a constant),
+ *            reduce-scatters the H sums across the warp and the block writes the tile of
+ *            rows transposed into bias (H, N²) through shared memory (coalesced);
+ *   backward apb_bias_bwd_kernel: recomputes the row's LN, dx̂ = Σ_h dbias[h]·W_z[h] from
+ *            a shared-memory tile of dbias, LN backward added into dz, and per-lane fp32
+ *            partials of dW_z = Σ dbias·LN_z(z), dγ, dβ kept in registers; a block sums its
+ *            warps in warp order, the blocks' partials are summed in block order by
+ *            apb_part_reduce_kernel (no atomics; the row → block map depends only on N).
+ * The pair pass reads z once in the forward and z, dz once in the backward (writes dz once).
+ * Two variants of the pair kernels (mf_apb_cuda_set_variant): 1 (default) stages each
+ * block's tile of 64 rows of z (and dz) in shared memory, double-buffered with cp.async, so
+ * a whole tile of loads is in flight; 0 lets each warp load its own rows (portable).
+ * Pair-kernel limits: Cz <= 128 and H <= 16 (the row and W_z live in registers).
+ * Not the CPU reference, not the conditioned (AdaLN) variant. */
+#include "attn_pair_bias_cuda.h"
+
+#include <math.h>
+
+#include "attention_cuda.h"
+#include "fusion_util.cuh"
+#include "ln_linear_cuda.h"
+
+#define APB_WARPS 8
+#define APB_THREADS (APB_WARPS * MF_WARP_SIZE)
+#define APB_TR 64                /* pair rows per block tile (8 per warp) */
+#define APB_FWD_MAX_BLOCKS 1056  /* grid-stride over tiles beyond this */
+#define APB_BWD_MAX_BLOCKS 264   /* = the number of dW_z partials (fixed: determinism) */
+#define APB_MAX_CZ 128
+#define APB_MAX_H 16
+
+/* ================================================================ pair kernels */
+
+/* Channel of value i of a lane: V consecutive channels per lane when CONTIG (Cz == 32·V),
+ * else lane-strided (any Cz <= 32·V). */
+template <int V, bool CONTIG>
+static __device__ __forceinline__ int apb_chan(int lane, int i) {
+  return CONTIG ? lane * V + i : i * MF_WARP_SIZE + lane;
+}
+
+/* v[0..V) = row values as fp32 (0 past C). */
+template <int V, bool CONTIG>
+static __device__ __forceinline__ void apb_load_row(float *v, const bf16 *__restrict__ row, int lane,
+                                                    int C) {
+  if (CONTIG && V == 4) {
+    const uint2 u = *(const uint2 *)(row + lane * 4);
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+    v[0] = __low2float(h[0]);
+    v[1] = __high2float(h[0]);
+    v[2] = __low2float(h[1]);
+    v[3] = __high2float(h[1]);
+  } else if (CONTIG) {
+#pragma unroll
+    for (int i = 0; i < V; i += 2) {
+      const __nv_bfloat162 p = *(const __nv_bfloat162 *)(row + lane * V + i);
+      v[i] = __low2float(p);
+      v[i + 1] = __high2float(p);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      const int c = i * MF_WARP_SIZE + lane;
+      v[i] = c < C ? mf_bf16_to_f32(row[c]) : 0.0f;
+    }
+  }
+}
+
+template <int V, bool CONTIG>
+static __device__ __forceinline__ void apb_store_row(bf16 *__restrict__ row, const float *v, int lane,
+                                                     int C) {
+  if (CONTIG && V == 4) {
+    uint2 u;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
+    h[0] = __floats2bfloat162_rn(v[0], v[1]);
+    h[1] = __floats2bfloat162_rn(v[2], v[3]);
+    *(uint2 *)(row + lane * 4) = u;
+  } else if (CONTIG) {
+#pragma unroll
+    for (int i = 0; i < V; i += 2)
+      *(__nv_bfloat162 *)(row + lane * V + i) = __floats2bfloat162_rn(v[i], v[i + 1]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      const int c = i * MF_WARP_SIZE + lane;
+      if (c < C) row[c] = mf_f32_to_bf16(v[i]);
+    }
+  }
+}
+
+/* Mean and rstd (fp32, two-pass over registers) of a row whose values past C are 0;
+ * xh[i] = (x − mean)·rstd, 0 past C. */
+template <int V, bool CONTIG>
+static __device__ __forceinline__ void apb_normalise(float *xh, float *rs_out, const float *x,
+                                                     int lane, int C) {
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; i++) s += x[i];
+  const float mu = mf_warp_sum(s) / (float)C;
+  float q = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; i++) {
+    const float d = x[i] - mu;
+    q += apb_chan<V, CONTIG>(lane, i) < C ? d * d : 0.0f;
+  }
+  const float rs = 1.0f / sqrtf(mf_warp_sum(q) / (float)C + (float)MF_LN_EPS);
+#pragma unroll
+  for (int i = 0; i < V; i++) xh[i] = apb_chan<V, CONTIG>(lane, i) < C ? (x[i] - mu) * rs : 0.0f;
+  *rs_out = rs;
+}
+
+/* Reduce-scatter of a[0..2·HALF) over lanes OFF apart: the lane with bit OFF set keeps the
+ * upper half, its partner the lower, each adding the other's; recursion halves again. */
+template <int HALF, int OFF>
+static __device__ __forceinline__ void apb_reduce_scatter(float *a, int lane) {
+  const bool up = (lane & OFF) != 0;
+#pragma unroll
+  for (int k = 0; k < HALF; k++) {
+    const float send = up ? a[k] : a[k + HALF];
+    const float keep = up ? a[k + HALF] : a[k];
+    a[k] = keep + __shfl_xor_sync(0xffffffffu, send, OFF);
+  }
+  if constexpr (HALF > 1) apb_reduce_scatter<HALF / 2, OFF / 2>(a, lane);
+}
+
+/* One row of the forward: LN of the row (registers), its dot products with the HG heads
+ * of wf (γ folded in; cb = β·W_z added once, by lane 0), reduce-scattered over the warp:
+ * returns the sum of head hl (see the kernels), complete on the writer lanes. */
+template <int V, bool CONTIG, int HG>
+static __device__ __forceinline__ float apb_fwd_row(const bf16 *row, const float (&wf)[HG][V],
+                                                    const float (&cb)[HG], int lane, int Cz) {
+  float x[V], xh[V], rs;
+  apb_load_row<V, CONTIG>(x, row, lane, Cz);
+  apb_normalise<V, CONTIG>(xh, &rs, x, lane, Cz);
+  float a[HG];
+#pragma unroll
+  for (int h = 0; h < HG; h++) {
+    float acc = lane == 0 ? cb[h] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; i++) acc = fmaf(xh[i], wf[h][i], acc);
+    a[h] = acc;
+  }
+  apb_reduce_scatter<HG / 2, MF_WARP_SIZE / 2>(a, lane);
+#pragma unroll
+  for (int off = MF_WARP_SIZE / HG / 2; off >= 1; off /= 2)
+    a[0] += __shfl_xor_sync(0xffffffffu, a[0], off);
+  return a[0];
+}
+
+/* bias (H, M) = (LN_z(z (M, Cz))·W_zᵀ)ᵀ, M = N²: see the file comment. HG >= H heads in
+ * registers (heads past H have zero weights and are not written). */
+template <int V, bool CONTIG, int HG>
+static __global__ void __launch_bounds__(APB_THREADS)
+apb_bias_fwd_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
+                    const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
+                    const bf16 *__restrict__ w, int64_t M, int Cz, int H) {
+  __shared__ float tile[HG * (APB_TR + 1)];
+  const int lane = threadIdx.x % MF_WARP_SIZE, wp = threadIdx.x / MF_WARP_SIZE;
+  /* W_z with γ folded in: wf[h][i] = γ_c·W_z[h, c]; cb[h] = Σ_c β_c·W_z[h, c] */
+  float wf[HG][V], cb[HG];
+#pragma unroll
+  for (int h = 0; h < HG; h++) {
+    float t = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      const int c = apb_chan<V, CONTIG>(lane, i);
+      const bool ok = h < H && c < Cz;
+      const float wv = ok ? mf_bf16_to_f32(w[(int64_t)h * Cz + c]) : 0.0f;
+      wf[h][i] = ok ? mf_bf16_to_f32(gamma[c]) * wv : 0.0f;
+      t += ok ? mf_bf16_to_f32(beta[c]) * wv : 0.0f;
+    }
+    cb[h] = mf_warp_sum(t);
+  }
+  /* after the reduce-scatter below, lane holds the sum of head hl (lanes whose low
+   * log2(32/HG) bits are 0 write it) */
+  int hl = 0;
+#pragma unroll
+  for (int half = HG / 2, off = MF_WARP_SIZE / 2; half >= 1; half /= 2, off /= 2)
+    hl += (lane & off) ? half : 0;
+  const bool writer = (lane & (MF_WARP_SIZE / HG - 1)) == 0 && hl < H;
+
+  const int64_t ntiles = (M + APB_TR - 1) / APB_TR;
+  for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    const int64_t m0 = t * APB_TR;
+    const int nr = (int)(M - m0 < APB_TR ? M - m0 : APB_TR);
+    for (int r = wp; r < nr; r += APB_WARPS) {
+      const float bh = apb_fwd_row<V, CONTIG, HG>(z + (m0 + r) * Cz, wf, cb, lane, Cz);
+      if (writer) tile[hl * (APB_TR + 1) + r] = bh;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < H * APB_TR; idx += blockDim.x) {
+      const int h = idx / APB_TR, r = idx - h * APB_TR;
+      if (r < nr) bias[(int64_t)h * M + m0 + r] = mf_f32_to_bf16(tile[h * (APB_TR + 1) + r]);
+    }
+    __syncthreads();
+  }
+}
+
+/* Backward of the pair bias: dbias (H, M) → dz (M, Cz) += LN_z backward of
+ * dx̂ = Σ_h dbias[h]·W_z[h] (dz may be NULL); part (gridDim.x, H·Cz + 2Cz) = this block's
+ * Σ dbias·ẑ (dW_z), Σ dx̂⊙x̂ (dγ), Σ dx̂ (dβ). */
+template <int V, bool CONTIG, int HG>
+static __global__ void __launch_bounds__(APB_THREADS)
+apb_bias_bwd_kernel(bf16 *__restrict__ dz, float *__restrict__ part, const bf16 *__restrict__ dbias,
+                    const bf16 *__restrict__ z, const bf16 *__restrict__ gamma,
+                    const bf16 *__restrict__ beta, const bf16 *__restrict__ w, int64_t M, int Cz,
+                    int H) {
+  __shared__ float dt[HG * (APB_TR + 1)];
+  extern __shared__ float red[]; /* (H·Cz + 2Cz) */
+  const int lane = threadIdx.x % MF_WARP_SIZE, wp = threadIdx.x / MF_WARP_SIZE;
+  float wr[HG][V], gm[V], bt[V], acc[HG][V], pg[V], pb[V];
+#pragma unroll
+  for (int i = 0; i < V; i++) {
+    const int c = apb_chan<V, CONTIG>(lane, i);
+    gm[i] = c < Cz ? mf_bf16_to_f32(gamma[c]) : 0.0f;
+    bt[i] = c < Cz ? mf_bf16_to_f32(beta[c]) : 0.0f;
+    pg[i] = pb[i] = 0.0f;
+#pragma unroll
+    for (int h = 0; h < HG; h++) {
+      wr[h][i] = (h < H && c < Cz) ? mf_bf16_to_f32(w[(int64_t)h * Cz + c]) : 0.0f;
+      acc[h][i] = 0.0f;
+    }
+  }
+  const int64_t ntiles = (M + APB_TR - 1) / APB_TR;
+  for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    const int64_t m0 = t * APB_TR;
+    const int nr = (int)(M - m0 < APB_TR ? M - m0 : APB_TR);
+    for (int idx = threadIdx.x; idx < HG * APB_TR; idx += blockDim.x) {
+      const int h = idx / APB_TR, r = idx - h * APB_TR;
+      dt[h * (APB_TR + 1) + r] =
+          (h < H && r < nr) ? mf_bf16_to_f32(dbias[(int64_t)h * M + m0 + r]) : 0.0f;
+    }
+    __syncthreads();
+    for (int r = wp; r < nr; r += APB_WARPS) {
+      float x[V], xh[V], rs, dy[V];
+      apb_load_row<V, CONTIG>(x, z + (m0 + r) * Cz, lane, Cz);
+      apb_normalise<V, CONTIG>(xh, &rs, x, lane, Cz);
+#pragma unroll
+      for (int i = 0; i < V; i++) dy[i] = 0.0f;
+#pragma unroll
+      for (int h = 0; h < HG; h++) {
+        const float d = dt[h * (APB_TR + 1) + r];
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+          dy[i] = fmaf(d, wr[h][i], dy[i]);
+          acc[h][i] = fmaf(d, fmaf(xh[i], gm[i], bt[i]), acc[h][i]);
+        }
+      }
+      float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+      for (int i = 0; i < V; i++) {
+        pg[i] = fmaf(dy[i], xh[i], pg[i]);
+        pb[i] += dy[i];
+        const float g = dy[i] * gm[i];
+        sg += g;
+        sgx = fmaf(g, xh[i], sgx);
+      }
+      if (dz) {
+        sg = mf_warp_sum(sg) / (float)Cz;
+        sgx = mf_warp_sum(sgx) / (float)Cz;
+        bf16 *row = dz + (m0 + r) * Cz;
+        float o[V];
+        apb_load_row<V, CONTIG>(o, row, lane, Cz);
+#pragma unroll
+        for (int i = 0; i < V; i++) o[i] += rs * (dy[i] * gm[i] - sg - xh[i] * sgx);
+        apb_store_row<V, CONTIG>(row, o, lane, Cz);
+      }
+    }
+    __syncthreads();
+  }
+  /* this block's partials: warps added in order 0..APB_WARPS−1 */
+  const int HC = H * Cz;
+  for (int k = 0; k < APB_WARPS; k++) {
+    if (wp == k) {
+#pragma unroll
+      for (int i = 0; i < V; i++) {
+        const int c = apb_chan<V, CONTIG>(lane, i);
+        if (c >= Cz) continue;
+#pragma unroll
+        for (int h = 0; h < HG; h++)
+          if (h < H) red[h * Cz + c] = (k ? red[h * Cz + c] : 0.0f) + acc[h][i];
+        red[HC + c] = (k ? red[HC + c] : 0.0f) + pg[i];
+        red[HC + Cz + c] = (k ? red[HC + Cz + c] : 0.0f) + pb[i];
+      }
+    }
+    __syncthreads();
+  }
+  const int P = HC + 2 * Cz;
+  for (int j = threadIdx.x; j < P; j += blockDim.x) part[(int64_t)blockIdx.x * P + j] = red[j];
+}
+
+/* ---------------------------------------------------------------- pipelined variant
+ * The same two kernels with the block's tile of z rows (and of dz, backward) staged in
+ * shared memory, double-buffered: the loads of tile t + gridDim.x are issued (cp.async,
+ * 16 bytes, when ASYNC: Cz % 8 == 0 and 16-byte aligned z, dz; else plain copies) before
+ * tile t is computed, so a block keeps a whole tile of loads in flight instead of one row
+ * per warp; the next tile's dbias values are prefetched into registers likewise. */
+
+static __device__ __forceinline__ void apb_cp16(void *smem, const void *gmem) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+static __device__ __forceinline__ void apb_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+static __device__ __forceinline__ void apb_cp_wait_all(void) {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* dst (n bf16, shared) ← src (n bf16, global), by the whole block. */
+template <bool ASYNC>
+static __device__ __forceinline__ void apb_tile_issue(bf16 *dst, const bf16 *__restrict__ src, int n) {
+  if (ASYNC) {
+    for (int c = threadIdx.x; c < n / 8; c += blockDim.x) apb_cp16(dst + c * 8, src + c * 8);
+  } else {
+    for (int e = threadIdx.x; e < n; e += blockDim.x) dst[e] = src[e];
+  }
+}
+
+template <int V, bool CONTIG, int HG, bool ASYNC>
+static __global__ void __launch_bounds__(APB_THREADS)
+apb_bias_fwd_pipe_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
+                         const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
+                         const bf16 *__restrict__ w, int64_t M, int Cz, int H) {
+  extern __shared__ __align__(16) unsigned char apb_sm[];
+  bf16 *zt = (bf16 *)apb_sm;                         /* (2, APB_TR, Cz) */
+  float *tile = (float *)(zt + 2 * APB_TR * Cz);     /* (HG, APB_TR + 1) */
+  const int lane = threadIdx.x % MF_WARP_SIZE, wp = threadIdx.x / MF_WARP_SIZE;
+  float wf[HG][V], cb[HG];
+#pragma unroll
+  for (int h = 0; h < HG; h++) {
+    float t = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      const int c = apb_chan<V, CONTIG>(lane, i);
+      const bool ok = h < H && c < Cz;
+      const float wv = ok ? mf_bf16_to_f32(w[(int64_t)h * Cz + c]) : 0.0f;
+      wf[h][i] = ok ? mf_bf16_to_f32(gamma[c]) * wv : 0.0f;
+      t += ok ? mf_bf16_to_f32(beta[c]) * wv : 0.0f;
+    }
+    cb[h] = mf_warp_sum(t);
+  }
+  int hl = 0;
+#pragma unroll
+  for (int half = HG / 2, off = MF_WARP_SIZE / 2; half >= 1; half /= 2, off /= 2)
+    hl += (lane & off) ? half : 0;
+  const bool writer = (lane & (MF_WARP_SIZE / HG - 1)) == 0 && hl < H;
+
+  const int64_t ntiles = (M + APB_TR - 1) / APB_TR;
+  int64_t t = blockIdx.x;
+  if (t < ntiles) {
+    const int64_t m0 = t * APB_TR;
+    apb_tile_issue<ASYNC>(zt, z + m0 * Cz, (int)((M - m0 < APB_TR ? M - m0 : APB_TR) * Cz));
+    if (ASYNC) apb_cp_commit();
+  }
+  for (int buf = 0; t < ntiles; t += gridDim.x, buf ^= 1) {
+    const int64_t m0 = t * APB_TR;
+    const int nr = (int)(M - m0 < APB_TR ? M - m0 : APB_TR);
+    if (ASYNC) apb_cp_wait_all();
+    __syncthreads();
+    const int64_t tn = t + gridDim.x;
+    if (tn < ntiles) {
+      const int64_t mn = tn * APB_TR;
+      apb_tile_issue<ASYNC>(zt + (buf ^ 1) * APB_TR * Cz, z + mn * Cz,
+                            (int)((M - mn < APB_TR ? M - mn : APB_TR) * Cz));
+      if (ASYNC) apb_cp_commit();
+    }
+    const bf16 *zb = zt + buf * APB_TR * Cz;
+    for (int r = wp; r < nr; r += APB_WARPS) {
+      const float bh = apb_fwd_row<V, CONTIG, HG>(zb + r * Cz, wf, cb, lane, Cz);
+      if (writer) tile[hl * (APB_TR + 1) + r] = bh;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < H * APB_TR; idx += blockDim.x) {
+      const int h = idx / APB_TR, r = idx - h * APB_TR;
+      if (r < nr) bias[(int64_t)h * M + m0 + r] = mf_f32_to_bf16(tile[h * (APB_TR + 1) + r]);
+    }
+  }
+}
+
+template <int V, bool CONTIG, int HG, bool ASYNC>
+static __global__ void __launch_bounds__(APB_THREADS)
+apb_bias_bwd_pipe_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
+                         const bf16 *__restrict__ dbias, const bf16 *__restrict__ z,
+                         const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
+                         const bf16 *__restrict__ w, int64_t M, int Cz, int H) {
+  constexpr int DBN = (HG * APB_TR + APB_THREADS - 1) / APB_THREADS;
+  extern __shared__ __align__(16) unsigned char apb_sm[];
+  bf16 *zt = (bf16 *)apb_sm;                     /* (2, APB_TR, Cz) */
+  bf16 *dzt = zt + 2 * APB_TR * Cz;              /* (2, APB_TR, Cz) */
+  float *dt = (float *)(dzt + 2 * APB_TR * Cz);  /* (HG, APB_TR + 1) */
+  float *red = dt + HG * (APB_TR + 1);           /* (H·Cz + 2Cz) */
+  const int lane = threadIdx.x % MF_WARP_SIZE, wp = threadIdx.x / MF_WARP_SIZE;
+  float wr[HG][V], gm[V], bt[V], acc[HG][V], pg[V], pb[V];
+#pragma unroll
+  for (int i = 0; i < V; i++) {
+    const int c = apb_chan<V, CONTIG>(lane, i);
+    gm[i] = c < Cz ? mf_bf16_to_f32(gamma[c]) : 0.0f;
+    bt[i] = c < Cz ? mf_bf16_to_f32(beta[c]) : 0.0f;
+    pg[i] = pb[i] = 0.0f;
+#pragma unroll
+    for (int h = 0; h < HG; h++) {
+      wr[h][i] = (h < H && c < Cz) ? mf_bf16_to_f32(w[(int64_t)h * Cz + c]) : 0.0f;
+      acc[h][i] = 0.0f;
+    }
+  }
+  const int64_t ntiles = (M + APB_TR - 1) / APB_TR;
+  float dbp[DBN];
+  int64_t t = blockIdx.x;
+  if (t < ntiles) {
+    const int64_t m0 = t * APB_TR;
+    const int nr = (int)(M - m0 < APB_TR ? M - m0 : APB_TR);
+    apb_tile_issue<ASYNC>(zt, z + m0 * Cz, nr * Cz);
+    if (dz) apb_tile_issue<ASYNC>(dzt, dz + m0 * Cz, nr * Cz);
+    if (ASYNC) apb_cp_commit();
+#pragma unroll
+    for (int k = 0; k < DBN; k++) {
+      const int idx = threadIdx.x + k * APB_THREADS, h = idx / APB_TR, r = idx - h * APB_TR;
+      dbp[k] = (h < H && r < nr) ? mf_bf16_to_f32(dbias[(int64_t)h * M + m0 + r]) : 0.0f;
+    }
+  }
+  for (int buf = 0; t < ntiles; t += gridDim.x, buf ^= 1) {
+    const int64_t m0 = t * APB_TR;
+    const int nr = (int)(M - m0 < APB_TR ? M - m0 : APB_TR);
+#pragma unroll
+    for (int k = 0; k < DBN; k++) {
+      const int idx = threadIdx.x + k * APB_THREADS, h = idx / APB_TR, r = idx - h * APB_TR;
+      if (h < HG) dt[h * (APB_TR + 1) + r] = dbp[k];
+    }
+    if (ASYNC) apb_cp_wait_all();
+    __syncthreads();
+    const int64_t tn = t + gridDim.x;
+    if (tn < ntiles) {
+      const int64_t mn = tn * APB_TR;
+      const int nn = (int)(M - mn < APB_TR ? M - mn : APB_TR);
+      apb_tile_issue<ASYNC>(zt + (buf ^ 1) * APB_TR * Cz, z + mn * Cz, nn * Cz);
+      if (dz) apb_tile_issue<ASYNC>(dzt + (buf ^ 1) * APB_TR * Cz, dz + mn * Cz, nn * Cz);
+      if (ASYNC) apb_cp_commit();
+#pragma unroll
+      for (int k = 0; k < DBN; k++) {
+        const int idx = threadIdx.x + k * APB_THREADS, h = idx / APB_TR, r = idx - h * APB_TR;
+        dbp[k] = (h < H && r < nn) ? mf_bf16_to_f32(dbias[(int64_t)h * M + mn + r]) : 0.0f;
+      }
+    }
+    const bf16 *zb = zt + buf * APB_TR * Cz, *dzb = dzt + buf * APB_TR * Cz;
+    for (int r = wp; r < nr; r += APB_WARPS) {
+      float x[V], xh[V], rs, dy[V];
+      apb_load_row<V, CONTIG>(x, zb + r * Cz, lane, Cz);
+      apb_normalise<V, CONTIG>(xh, &rs, x, lane, Cz);
+#pragma unroll
+      for (int i = 0; i < V; i++) dy[i] = 0.0f;
+#pragma unroll
+      for (int h = 0; h < HG; h++) {
+        const float d = dt[h * (APB_TR + 1) + r];
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+          dy[i] = fmaf(d, wr[h][i], dy[i]);
+          acc[h][i] = fmaf(d, fmaf(xh[i], gm[i], bt[i]), acc[h][i]);
+        }
+      }
+      float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+      for (int i = 0; i < V; i++) {
+        pg[i] = fmaf(dy[i], xh[i], pg[i]);
+        pb[i] += dy[i];
+        const float g = dy[i] * gm[i];
+        sg += g;
+        sgx = fmaf(g, xh[i], sgx);
+      }
+      if (dz) {
+        sg = mf_warp_sum(sg) / (float)Cz;
+        sgx = mf_warp_sum(sgx) / (float)Cz;
+        float o[V];
+        apb_load_row<V, CONTIG>(o, dzb + r * Cz, lane, Cz);
+#pragma unroll
+        for (int i = 0; i < V; i++) o[i] += rs * (dy[i] * gm[i] - sg - xh[i] * sgx);
+        apb_store_row<V, CONTIG>(dz + (m0 + r) * Cz, o, lane, Cz);
+      }
+    }
+    __syncthreads();
+  }
+  const int HC = H * Cz;
+  for (int k = 0; k < APB_WARPS; k++) {
+    if (wp == k) {
+#pragma unroll
+      for (int i = 0; i < V; i++) {
+        const int c = apb_chan<V, CONTIG>(lane, i);
+        if (c >= Cz) continue;
+#pragma unroll
+        for (int h = 0; h < HG; h++)
+          if (h < H) red[h * Cz + c] = (k ? red[h * Cz + c] : 0.0f) + acc[h][i];
+        red[HC + c] = (k ? red[HC + c] : 0.0f) + pg[i];
+        red[HC + Cz + c] = (k ? red[HC + Cz + c] : 0.0f) + pb[i];
+      }
+    }
+    __syncthreads();
+  }
+  const int P = HC + 2 * Cz;
+  for (int j = threadIdx.x; j < P; j += blockDim.x) part[(int64_t)blockIdx.x * P + j] = red[j];
+}
+
+/* dw (H·Cz), dg (Cz), db (Cz) += Σ_p part[p] in order p = 0..parts−1; any may be NULL. */
+static __global__ void apb_part_reduce_kernel(float *__restrict__ dw, float *__restrict__ dg,
+                                              float *__restrict__ db, const float *__restrict__ part,
+                                              int parts, int HC, int Cz) {
+  const int P = HC + 2 * Cz;
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= P) return;
+  float *dst = j < HC ? dw : j < HC + Cz ? dg : db;
+  if (!dst) return;
+  float s = 0.0f;
+  for (int p = 0; p < parts; p++) s += part[(int64_t)p * P + j];
+  dst[j < HC ? j : j < HC + Cz ? j - HC : j - HC - Cz] += s;
+}
+
+/* ================================================================ single-track kernels */
+
+typedef struct {
+  bf16 *p[4];
+} apb_heads;
+
+/* h.p[t] without a dynamically indexed parameter array (which would go through local memory). */
+static __device__ __forceinline__ bf16 *apb_pick(const apb_heads &h, int t) {
+  return t == 0 ? h.p[0] : t == 1 ? h.p[1] : t == 2 ? h.p[2] : h.p[3];
+}
+
+/* dst.p[t] (H, N, D) ← src (N, ld) columns t·HD .. (t+1)·HD − 1, t < T, 8 values per thread
+ * (D % 8 == 0); b0 (HD) added to tensor 0 when not NULL. */
+template <typename SRC>
+static __global__ void apb_rows_to_heads_kernel(apb_heads dst, const SRC *__restrict__ src, int ld,
+                                                const bf16 *__restrict__ b0, int T, int N, int H,
+                                                int D) {
+  const int HD = H * D, per_row = T * HD / 8;
+  const int64_t n = (int64_t)N * per_row;
+  for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+       idx += (int64_t)gridDim.x * blockDim.x) {
+    const int i = (int)(idx / per_row), col = (int)(idx - (int64_t)i * per_row) * 8;
+    const int t = col / HD, hd = col - t * HD, h = hd / D, d = hd - h * D;
+    float v[8];
+    if constexpr (sizeof(SRC) == 4)
+      mf_ldvf<8>(v, (const float *)src + (int64_t)i * ld + col);
+    else
+      mf_ldv<8>(v, (const bf16 *)src + (int64_t)i * ld + col);
+    if (t == 0 && b0) {
+      float b[8];
+      mf_ldv<8>(b, b0 + hd);
+#pragma unroll
+      for (int k = 0; k < 8; k++) v[k] += b[k];
+    }
+    mf_stv<8>(apb_pick(dst, t) + ((int64_t)h * N + i) * D + d, v);
+  }
+}
+
+/* dst (N, ld) columns t·HD .. ← src.p[t] (H, N, D), t < T, 8 values per thread. */
+static __global__ void apb_heads_to_rows_kernel(bf16 *__restrict__ dst, int ld, apb_heads src, int T,
+                                                int N, int H, int D) {
+  const int HD = H * D, per_row = T * HD / 8;
+  const int64_t n = (int64_t)N * per_row;
+  for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+       idx += (int64_t)gridDim.x * blockDim.x) {
+    const int i = (int)(idx / per_row), col = (int)(idx - (int64_t)i * per_row) * 8;
+    const int t = col / HD, hd = col - t * HD, h = hd / D, d = hd - h * D;
+    *(uint4 *)(dst + (int64_t)i * ld + col) =
+        *(const uint4 *)(apb_pick(src, t) + ((int64_t)h * N + i) * D + d);
+  }
+}
+
+/* db (n) += Σ_i x[i, :n] over rows i = 0..N−1 in order; x (N, ld). */
+static __global__ void apb_colsum_kernel(float *__restrict__ db, const bf16 *__restrict__ x, int ld,
+                                         int N, int n) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  float s = 0.0f;
+  for (int i = 0; i < N; i++) s += mf_bf16_to_f32(x[(int64_t)i * ld + j]);
+  db[j] += s;
+}
+
+/* ================================================================ launchers */
+
+#define APB_DISPATCH(launch)                                                          \
+  do {                                                                                \
+    if (Cz <= 32) {                                                                   \
+      const int V_ = 1; const bool CG_ = false; APB_DISPATCH_H(launch);               \
+    } else if (Cz <= 64) {                                                            \
+      const int V_ = 2;                                                               \
+      if (Cz == 64) { const bool CG_ = true; APB_DISPATCH_H(launch); }                \
+      else { const bool CG_ = false; APB_DISPATCH_H(launch); }                        \
+    } else {                                                                          \
+      const int V_ = 4;                                                               \
+      if (Cz == 128) { const bool CG_ = true; APB_DISPATCH_H(launch); }               \
+      else { const bool CG_ = false; APB_DISPATCH_H(launch); }                        \
+    }                                                                                 \
+  } while (0)
+#define APB_DISPATCH_H(launch)                                                        \
+  do {                                                                                \
+    if (H <= 4) { const int HG_ = 4; launch; }                                        \
+    else if (H <= 8) { const int HG_ = 8; launch; }                                   \
+    else { const int HG_ = 16; launch; }                                              \
+  } while (0)
+
+static int64_t pair_tiles(int N) { return ((int64_t)N * N + APB_TR - 1) / APB_TR; }
+static int bwd_blocks(int N) {
+  const int64_t t = pair_tiles(N);
+  return (int)(t < APB_BWD_MAX_BLOCKS ? t : APB_BWD_MAX_BLOCKS);
+}
+
+static int g_variant = 1; /* 1: pipelined tiles (default), 0: per-warp row loads */
+
+extern "C" int mf_apb_cuda_set_variant(int variant) {
+  MF_ASSERT(variant == 0 || variant == 1, "apb_cuda variant %d", variant);
+  const int old = g_variant;
+  g_variant = variant;
+  return old;
+}
+
+/* Launches kern with `smem` bytes of dynamic shared memory, opting in past 48 KiB. */
+template <typename... KArgs, typename... Args>
+static void apb_go(void (*kern)(KArgs...), unsigned blocks, size_t smem, cudaStream_t s,
+                   Args... args) {
+  if (smem > 48 * 1024)
+    MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  kern<<<blocks, APB_THREADS, smem, s>>>(args...);
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+static void launch_bias_fwd(bf16 *bias, const bf16 *z, const mf_apb_cuda_weights *w, int N,
+                            int Cz, int H, cudaStream_t s) {
+  const int64_t M = (int64_t)N * N, t = pair_tiles(N);
+  const unsigned blocks = (unsigned)(t < APB_FWD_MAX_BLOCKS ? t : APB_FWD_MAX_BLOCKS);
+  if (g_variant == 0) {
+    APB_DISPATCH((apb_bias_fwd_kernel<V_, CG_, HG_><<<blocks, APB_THREADS, 0, s>>>(
+        bias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+  } else {
+    const int HGmax = H <= 4 ? 4 : H <= 8 ? 8 : 16;
+    const size_t smem = (size_t)2 * APB_TR * Cz * sizeof(bf16) + (size_t)HGmax * (APB_TR + 1) * sizeof(float);
+    if (Cz % 8 == 0 && aligned16(z)) {
+      APB_DISPATCH((apb_go(apb_bias_fwd_pipe_kernel<V_, CG_, HG_, true>, blocks, smem, s,
+                           bias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+    } else {
+      APB_DISPATCH((apb_go(apb_bias_fwd_pipe_kernel<V_, CG_, HG_, false>, blocks, smem, s,
+                           bias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+    }
+  }
+  MF_CHECK_LAUNCH();
+}
+
+static void launch_bias_bwd(bf16 *dz, float *part, const bf16 *dbias, const bf16 *z,
+                            const mf_apb_cuda_weights *w, int N, int Cz, int H, cudaStream_t s) {
+  const int64_t M = (int64_t)N * N;
+  const unsigned blocks = (unsigned)bwd_blocks(N);
+  if (g_variant == 0) {
+    const size_t smem = (size_t)(H * Cz + 2 * Cz) * sizeof(float);
+    APB_DISPATCH((apb_bias_bwd_kernel<V_, CG_, HG_><<<blocks, APB_THREADS, smem, s>>>(
+        dz, part, dbias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+  } else {
+    const int HGmax = H <= 4 ? 4 : H <= 8 ? 8 : 16;
+    const size_t smem = (size_t)4 * APB_TR * Cz * sizeof(bf16) +
+                        (size_t)HGmax * (APB_TR + 1) * sizeof(float) +
+                        (size_t)(H * Cz + 2 * Cz) * sizeof(float);
+    if (Cz % 8 == 0 && aligned16(z) && (!dz || aligned16(dz))) {
+      APB_DISPATCH((apb_go(apb_bias_bwd_pipe_kernel<V_, CG_, HG_, true>, blocks, smem, s,
+                           dz, part, dbias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+    } else {
+      APB_DISPATCH((apb_go(apb_bias_bwd_pipe_kernel<V_, CG_, HG_, false>, blocks, smem, s,
+                           dz, part, dbias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+    }
+  }
+  MF_CHECK_LAUNCH();
+}
+
+static void launch_rows_to_heads_f32(bf16 *const *dst, const float *src, int ld, const bf16 *b0,
+                                     int T, int N, int H, int D, cudaStream_t s) {
+  apb_heads h = {{dst[0], T > 1 ? dst[1] : NULL, T > 2 ? dst[2] : NULL, T > 3 ? dst[3] : NULL}};
+  apb_rows_to_heads_kernel<float><<<mf_ew_blocks((int64_t)N * T * H * D / 8), 256, 0, s>>>(
+      h, src, ld, b0, T, N, H, D);
+  MF_CHECK_LAUNCH();
+}
+
+static void launch_heads_to_rows(bf16 *dst, int ld, bf16 *const *src, int T, int N, int H, int D,
+                                 cudaStream_t s) {
+  apb_heads h = {{src[0], T > 1 ? src[1] : NULL, T > 2 ? src[2] : NULL, T > 3 ? src[3] : NULL}};
+  apb_heads_to_rows_kernel<<<mf_ew_blocks((int64_t)N * T * H * D / 8), 256, 0, s>>>(dst, ld, h, T,
+                                                                                    N, H, D);
+  MF_CHECK_LAUNCH();
+}
+
+/* ================================================================ buffers */
+
+typedef struct {
+  float *mean_s, *rstd_s;   /* (N) LN(s) statistics */
+  bf16 *ahat;               /* (N, Cs) LN(s) */
+  bf16 *qh, *kh, *vh, *gh;  /* (H, N, D) */
+  bf16 *bias;               /* (H, N, N) */
+  float *lse;               /* (H, N) */
+  bf16 *oh;                 /* (H, N, D) gated attention output */
+  bf16 *og;                 /* (N, HD) the same, row layout (input of W_o) */
+} apb_saved;
+
+static size_t saved_carve(apb_saved *v, void *base, int N, int Cs, int H, int D) {
+  const size_t n = (size_t)N, hnd = (size_t)H * N * D;
+  mf_carver c = {(char *)base, 0};
+  v->mean_s = (float *)mf_carve(&c, n * sizeof(float));
+  v->rstd_s = (float *)mf_carve(&c, n * sizeof(float));
+  v->ahat = (bf16 *)mf_carve(&c, n * Cs * sizeof(bf16));
+  v->qh = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
+  v->kh = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
+  v->vh = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
+  v->gh = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
+  v->bias = (bf16 *)mf_carve(&c, (size_t)H * n * n * sizeof(bf16));
+  v->lse = (float *)mf_carve(&c, (size_t)H * n * sizeof(float));
+  v->oh = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
+  v->og = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
+  return c.used;
+}
+
+typedef struct {
+  float *pf;                     /* (N, 4HD) fp32: forward [q | k | v | g]; backward dΔs·W_o */
+  bf16 *doh, *dqh, *dkh, *dvh, *dgh; /* (H, N, D) */
+  bf16 *dbias;                   /* (H, N, N) */
+  void *att;                     /* attention backward workspace */
+  size_t att_bytes;
+  bf16 *dP;                      /* (N, 4HD) [dq | dk | dv | dg] row layout */
+  float *dahat;                  /* (N, Cs) */
+  float *lnpart;                 /* (mf_ln_rows_backward_parts(N), 2Cs) */
+  float *zpart;                  /* (APB_BWD_MAX_BLOCKS, H·Cz + 2Cz) */
+} apb_ws;
+
+static mf_attn_dims att_dims(int N, int H, int D) {
+  return (mf_attn_dims){1, 1, H, N, N, D, 1.0 / sqrt((double)D)};
+}
+
+static size_t ws_carve(apb_ws *v, void *base, int N, int Cs, int Cz, int H, int D) {
+  const size_t n = (size_t)N, hd = (size_t)H * D, hnd = hd * n;
+  mf_carver c = {(char *)base, 0};
+  v->pf = (float *)mf_carve(&c, n * 4 * hd * sizeof(float));
+  v->doh = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
+  v->dqh = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
+  v->dkh = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
+  v->dvh = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
+  v->dgh = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
+  v->dbias = (bf16 *)mf_carve(&c, (size_t)H * n * n * sizeof(bf16));
+  v->att_bytes = mf_attention_backward_cuda_workspace(att_dims(N, H, D), 1);
+  v->att = mf_carve(&c, v->att_bytes);
+  v->dP = (bf16 *)mf_carve(&c, n * 4 * hd * sizeof(bf16));
+  v->dahat = (float *)mf_carve(&c, n * Cs * sizeof(float));
+  v->lnpart = (float *)mf_carve(&c, (size_t)mf_ln_rows_backward_parts(N) * 2 * Cs * sizeof(float));
+  v->zpart = (float *)mf_carve(&c, (size_t)APB_BWD_MAX_BLOCKS * (H * Cz + 2 * Cz) * sizeof(float));
+  return c.used;
+}
+
+extern "C" size_t mf_apb_cuda_saved_bytes(int N, int Cs, int Cz, int H, int D) {
+  (void)Cz;
+  apb_saved v;
+  return saved_carve(&v, NULL, N, Cs, H, D);
+}
+
+extern "C" size_t mf_apb_cuda_workspace(int N, int Cs, int Cz, int H, int D) {
+  apb_ws v;
+  return ws_carve(&v, NULL, N, Cs, Cz, H, D);
+}
+
+static void apb_check(const mf_apb_cuda_weights *w, int N, int Cs, int Cz, int H, int D) {
+  MF_ASSERT(N > 0 && Cs > 0 && Cs <= 1024 && Cz > 0 && Cz <= APB_MAX_CZ && H > 0 &&
+                H <= APB_MAX_H && D > 0 && D <= 64 && D % 8 == 0,
+            "apb_cuda dims N=%d Cs=%d Cz=%d H=%d D=%d (Cs <= 1024, Cz <= %d, H <= %d, D %% 8 == 0, "
+            "D <= 64)",
+            N, Cs, Cz, H, D, APB_MAX_CZ, APB_MAX_H);
+  MF_ASSERT(w && w->ln_s_g && w->ln_s_b && w->w_q && w->b_q && w->w_k && w->w_v && w->w_g &&
+                w->ln_z_g && w->ln_z_b && w->w_z && w->w_o,
+            "apb_cuda: every weight is required");
+}
+
+/* ================================================================ forward */
+
+extern "C" void mf_apb_forward_cuda(bf16 *out, void *saved, const bf16 *s, const bf16 *z,
+                                    const uint8_t *mask, const mf_apb_cuda_weights *w, int N,
+                                    int Cs, int Cz, int H, int D, int accumulate, void *ws,
+                                    size_t ws_bytes, const mf_cuda_blas *blas,
+                                    cudaStream_t stream) {
+  apb_check(w, N, Cs, Cz, H, D);
+  MF_ASSERT(out && saved && s && z && ws && blas, "apb_forward_cuda: NULL argument");
+  const int HD = H * D;
+  apb_saved v;
+  saved_carve(&v, saved, N, Cs, H, D);
+  apb_ws b;
+  MF_ASSERT(ws_carve(&b, NULL, N, Cs, Cz, H, D) <= ws_bytes, "apb_cuda: workspace too small");
+  ws_carve(&b, ws, N, Cs, Cz, H, D);
+
+  /* â = LN(s); [q | k | v | g] = â·W_pᵀ (fp32) → heads, + b_q */
+  mf_ln_rows_cuda(v.ahat, v.mean_s, v.rstd_s, s, w->ln_s_g, w->ln_s_b, N, Cs, MF_LN_FULL, 0,
+                  stream);
+  const bf16 *wp[4] = {w->w_q, w->w_k, w->w_v, w->w_g};
+  for (int p = 0; p < 4; p++)
+    mf_gemm_rm_cuda(blas, stream, 0, 1, N, HD, Cs, 1.0f, v.ahat, Cs, wp[p], Cs, 0.0f,
+                    b.pf + (int64_t)p * HD, MF_GEMM_OUT_F32, 4 * HD);
+  bf16 *const heads[4] = {v.qh, v.kh, v.vh, v.gh};
+  launch_rows_to_heads_f32(heads, b.pf, 4 * HD, w->b_q, 4, N, H, D, stream);
+
+  /* the pair bias (H, N, N): the one pass over z */
+  launch_bias_fwd(v.bias, z, w, N, Cz, H, stream);
+
+  /* gated attention, heads → rows, output projection (+ the residual) */
+  mf_attention_forward_cuda(v.oh, v.lse, v.qh, v.kh, v.vh, v.bias, mask, v.gh, att_dims(N, H, D),
+                            stream);
+  bf16 *const oh[1] = {v.oh};
+  launch_heads_to_rows(v.og, HD, oh, 1, N, H, D, stream);
+  mf_gemm_rm_cuda(blas, stream, 0, 1, N, Cs, HD, 1.0f, v.og, HD, w->w_o, HD,
+                  accumulate ? 1.0f : 0.0f, out, MF_GEMM_OUT_BF16, Cs);
+}
+
+/* ================================================================ backward */
+
+#define G(field) (g ? g->field : NULL)
+
+extern "C" void mf_apb_backward_cuda(bf16 *ds, bf16 *dz, const mf_apb_cuda_grads *g,
+                                     const bf16 *dout, const void *saved, const bf16 *s,
+                                     const bf16 *z, const uint8_t *mask,
+                                     const mf_apb_cuda_weights *w, int N, int Cs, int Cz, int H,
+                                     int D, int accumulate_ds, void *ws, size_t ws_bytes,
+                                     const mf_cuda_blas *blas, cudaStream_t stream) {
+  apb_check(w, N, Cs, Cz, H, D);
+  MF_ASSERT(dout && saved && s && z && ws && blas, "apb_backward_cuda: NULL argument");
+  const int HD = H * D;
+  apb_saved v;
+  saved_carve(&v, (void *)saved, N, Cs, H, D);
+  apb_ws b;
+  MF_ASSERT(ws_carve(&b, NULL, N, Cs, Cz, H, D) <= ws_bytes, "apb_cuda: workspace too small");
+  ws_carve(&b, ws, N, Cs, Cz, H, D);
+
+  float *gwp[4] = {G(w_q), G(w_k), G(w_v), G(w_g)};
+  const int need_s = ds || G(ln_s_g) || G(ln_s_b);
+  const int need_proj = need_s || G(b_q) || gwp[0] || gwp[1] || gwp[2] || gwp[3];
+  const int need_z = dz || G(w_z) || G(ln_z_g) || G(ln_z_b);
+
+  /* output projection: dW_o += dΔsᵀ·og; d(og) = dΔs·W_o → heads */
+  if (G(w_o))
+    mf_gemm_rm_cuda(blas, stream, 1, 0, Cs, HD, N, 1.0f, dout, Cs, v.og, HD, 1.0f, G(w_o),
+                    MF_GEMM_OUT_F32, HD);
+  if (!need_proj && !need_z) return;
+  mf_gemm_rm_cuda(blas, stream, 0, 0, N, HD, Cs, 1.0f, dout, Cs, w->w_o, HD, 0.0f, b.pf,
+                  MF_GEMM_OUT_F32, HD);
+  bf16 *const doh[1] = {b.doh};
+  launch_rows_to_heads_f32(doh, b.pf, HD, NULL, 1, N, H, D, stream);
+
+  /* attention: dq, dk, dv, dgate (H, N, D), dbias (H, N, N) */
+  mf_attention_backward_cuda(need_proj ? b.dqh : NULL, need_proj ? b.dkh : NULL,
+                             need_proj ? b.dvh : NULL, need_z ? b.dbias : NULL,
+                             need_proj ? b.dgh : NULL, b.doh, v.oh, v.lse, v.qh, v.kh, v.vh,
+                             v.bias, mask, v.gh, att_dims(N, H, D), b.att, b.att_bytes, stream);
+
+  /* projections: dW_p += d_pᵀ·â, db_q += Σ_i dq, dâ = Σ_p d_p·W_p, ds = LN(s) backward */
+  if (need_proj) {
+    bf16 *const dh[4] = {b.dqh, b.dkh, b.dvh, b.dgh};
+    launch_heads_to_rows(b.dP, 4 * HD, dh, 4, N, H, D, stream);
+    if (G(b_q)) {
+      apb_colsum_kernel<<<mf_cdiv(HD, 128), 128, 0, stream>>>(G(b_q), b.dP, 4 * HD, N, HD);
+      MF_CHECK_LAUNCH();
+    }
+    const bf16 *wp[4] = {w->w_q, w->w_k, w->w_v, w->w_g};
+    for (int p = 0; p < 4; p++) {
+      const bf16 *dPp = b.dP + (int64_t)p * HD;
+      if (gwp[p])
+        mf_gemm_rm_cuda(blas, stream, 1, 0, HD, Cs, N, 1.0f, dPp, 4 * HD, v.ahat, Cs, 1.0f,
+                        gwp[p], MF_GEMM_OUT_F32, Cs);
+      if (need_s)
+        mf_gemm_rm_cuda(blas, stream, 0, 0, N, Cs, HD, 1.0f, dPp, 4 * HD, wp[p], Cs,
+                        p ? 1.0f : 0.0f, b.dahat, MF_GEMM_OUT_F32, Cs);
+    }
+    if (need_s) {
+      mf_ln_rows_backward_cuda(ds, b.lnpart, b.dahat, s, v.mean_s, v.rstd_s, w->ln_s_g, N, Cs,
+                               MF_LN_FULL, accumulate_ds, stream);
+      mf_ln_param_grad_reduce_cuda(G(ln_s_g), G(ln_s_b), b.lnpart, mf_ln_rows_backward_parts(N),
+                                   Cs, stream);
+    }
+  }
+
+  /* the pair pass: dz += LN_z backward(dbiasᵀ·W_z), dW_z, dγ_z, dβ_z from ordered partials */
+  if (need_z) {
+    launch_bias_bwd(dz, b.zpart, b.dbias, z, w, N, Cz, H, stream);
+    if (G(w_z) || G(ln_z_g) || G(ln_z_b)) {
+      const int P = H * Cz + 2 * Cz;
+      apb_part_reduce_kernel<<<mf_cdiv(P, 128), 128, 0, stream>>>(
+          G(w_z), G(ln_z_g), G(ln_z_b), b.zpart, bwd_blocks(N), H * Cz, Cz);
+      MF_CHECK_LAUNCH();
+    }
+  }
+}
