@@ -254,11 +254,30 @@ static void check_vs_cpu(const char *name, mf_pairformer_config c, int L, int N,
   CMP("grad.in.z", g.dz, 0, r.dz, P.zn);
   double *gall = mf_test_alloc(P.t.total);
   down_f32(gall, g.grads, P.t.total);
+  /* A gradient that is zero in exact arithmetic (single_att.ln_z_b: a per-head constant
+   * added to every logit of a row, which the softmax ignores) has only rounding noise for a
+   * reference; such a tensor (norm below 1e-6 of the largest) is measured against the
+   * largest gradient norm instead, as tools/reference/parity.py does. */
+  double big = 0;
+  for (int i = 0; i < P.t.n; i++) {
+    const mf_param_entry *e = &P.t.entries[i];
+    double n2 = sqrt(mf_test_dot(r.grads + e->offset, r.grads + e->offset, e->numel));
+    if (n2 > big) big = n2;
+  }
   double worst = 0;
   const char *worst_name = "";
   for (int i = 0; i < P.t.n; i++) {
     const mf_param_entry *e = &P.t.entries[i];
     double err = mf_test_relerr(gall + e->offset, r.grads + e->offset, e->numel);
+    double rn = sqrt(mf_test_dot(r.grads + e->offset, r.grads + e->offset, e->numel));
+    if (rn <= 1e-6 * big) {
+      double d2 = 0;
+      for (int64_t k = 0; k < e->numel; k++) {
+        double d = gall[e->offset + k] - r.grads[e->offset + k];
+        d2 += d * d;
+      }
+      err = sqrt(d2) / big;
+    }
     snprintf(what, sizeof what, "%s grad.%s", name, e->name);
     MF_TEST(err <= TOL, "%s: rel err %.3e > %.1e", what, err, TOL);
     if (err > worst || err != err) worst = err, worst_name = e->name;
