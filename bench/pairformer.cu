@@ -6,6 +6,7 @@
  * bench/pairformer_peers.py, merged by bench/pairformer_report.py.
  *
  *   pairformer [--block 256,384,...] [--stack 384,768] [--max-n] [--max-n-run] [--run-n N]
+ *              [--run-blocks B]
  *              [--k 7] [--reps 5] [--stack-reps 2] [--margin-gib 2] [--json out.json]
  *   pairformer --dry [--free-gib 139] [--block ...]   (no GPU: FLOPs and the planner only)
  *
@@ -40,8 +41,12 @@
  *             allowance), minus the three I/O pairs (in, out, grad) at that N, minus
  *             --margin-gib; for policy recompute, every-k (--k, default 7 ≈ √48), and the
  *             best k. AdamW moments (1.1 GiB at L = 48) are not counted; they fit in the
- *             margin. --max-n-run then really runs one 48-block forward+backward with
- *             every-k at that N (or --run-n) and reports its time and peak.
+ *             margin. --max-n-run then allocates the whole 48-block stack (arena, weights,
+ *             master, gradients, I/O) with every-k at that N (or --run-n) and really runs
+ *             the forward+backward of its first --run-blocks blocks (default 2; 48 at this
+ *             N would take many minutes of GPU time) inside it, reporting time and peak:
+ *             the memory is the whole stack's (all of it is allocated up front), the time
+ *             is that of the blocks run.
  * Writes DESIGN.md's JSON (bench "pairformer", rows {"variant": "megafold", "scope": "block"
  * | "stack48", "N", "pass", "ms", "peak_gib", ...}, plus "matmul_peak_tflops" and a "max_n"
  * section) with --json, rewritten after every row so that a crash keeps what was measured. */
@@ -458,7 +463,8 @@ static int64_t fixed_bytes(const mf_params_table *t) {
          8 * t->total + BLAS_ALLOWANCE;
 }
 
-static void max_n(double free_gib, double margin_gib, int k, int do_run, int run_n) {
+static void max_n(double free_gib, double margin_gib, int k, int do_run, int run_n,
+                  int run_blocks) {
   mf_pairformer_config c = mf_pairformer_config_default();
   mf_params_table t;
   MF_ASSERT(mf_params_build_pairformer(&t, &c, L_STACK) == MF_OK, "%s", mf_error_message());
@@ -499,7 +505,8 @@ static void max_n(double free_gib, double margin_gib, int k, int do_run, int run
   if (!do_run) return;
 
   int N = run_n > 0 ? run_n : n_k;
-  printf("== one 48-block forward+backward at N = %d, every-%d\n", N, k);
+  printf("== the 48-block stack allocated at N = %d, every-%d; forward+backward of its first "
+         "%d blocks\n", N, k, run_blocks);
   fflush(stdout);
   run r;
   char runobj[1024];
@@ -511,6 +518,7 @@ static void max_n(double free_gib, double margin_gib, int k, int do_run, int run
              "\"fit\": false}}", N, k);
   } else {
     float tf, tb;
+    mf_pf_cuda_stack_set_run_blocks(&r.st, run_blocks);
     stack_once(&r, &tf, &tb);
     clock_gettime(CLOCK_MONOTONIC, &w1);
     double wall = (double)(w1.tv_sec - w0.tv_sec) + 1e-9 * (double)(w1.tv_nsec - w0.tv_nsec);
@@ -520,11 +528,12 @@ static void max_n(double free_gib, double margin_gib, int k, int do_run, int run
            "%.0f s wall with set-up\n", tf, tb, run_peak_gib(&r), tt / GIB, run_arena_gib(&r), wall);
     snprintf(runobj, sizeof runobj,
              ", \"run\": {\"N\": %d, \"policy\": \"every-k\", \"k\": %d, \"fit\": true, "
+             "\"blocks_run\": %d, \"blocks_allocated\": 48, "
              "\"fwd_ms\": %.1f, \"bwd_ms\": %.1f, \"ms\": %.1f, \"peak_gib\": %.3f, "
              "\"arena_gib\": %.3f, \"gpu_total_gib\": %.3f, \"recomputed\": %d}}",
-             N, k, tf, tb, tf + tb, run_peak_gib(&r), run_arena_gib(&r), tt / GIB,
+             N, k, run_blocks, tf, tb, tf + tb, run_peak_gib(&r), run_arena_gib(&r), tt / GIB,
              r.st.recomputed);
-    emit_stack(&r, tf, tb, tf + tb, 1);
+    if (run_blocks == 0 || run_blocks == L_STACK) emit_stack(&r, tf, tb, tf + tb, 1);
     run_free(&r);
   }
   /* replace the closing brace of the section by the run object */
@@ -547,7 +556,8 @@ static int parse_list(const char *s, int *out, int cap) {
 }
 
 int main(int argc, char **argv) {
-  int blocks[32], stacks[32], nb = 0, ns = 0, do_max = 0, do_run = 0, run_n = 0, k = 7;
+  int blocks[32], stacks[32], nb = 0, ns = 0, do_max = 0, do_run = 0, run_n = 0, k = 7,
+      run_blocks = 2;
   int reps = 5, stack_reps = 2, dry = 0;
   double margin = 2.0, dry_free = 139.0;
   for (int i = 1; i < argc; i++) {
@@ -557,6 +567,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--max-n")) do_max = 1;
     else if (!strcmp(a, "--max-n-run")) do_max = do_run = 1;
     else if (!strcmp(a, "--run-n") && v) run_n = atoi(v), i++;
+    else if (!strcmp(a, "--run-blocks") && v) run_blocks = atoi(v), i++;
     else if (!strcmp(a, "--k") && v) k = atoi(v), i++;
     else if (!strcmp(a, "--reps") && v) reps = atoi(v), i++;
     else if (!strcmp(a, "--stack-reps") && v) stack_reps = atoi(v), i++;
@@ -565,7 +576,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--dry")) dry = 1;
     else if (!strcmp(a, "--free-gib") && v) dry_free = atof(v), i++;
     else {
-      fprintf(stderr, "usage: %s [--block Ns] [--stack Ns] [--max-n] [--max-n-run] [--run-n N] "
+      fprintf(stderr, "usage: %s [--block Ns] [--stack Ns] [--max-n] [--max-n-run] [--run-n N] [--run-blocks B] "
               "[--k K] [--reps R] [--stack-reps R] [--margin-gib G] [--json F] "
               "[--dry [--free-gib G]]\n", argv[0]);
       return 2;
@@ -580,7 +591,7 @@ int main(int argc, char **argv) {
     printf("forward FLOPs of one block (flop_count.py pairformer_block):\n");
     for (int i = 0; i < nb; i++)
       printf("  N=%-5d %.6g GFLOP\n", blocks[i], pf_block_fwd_flops(blocks[i]) / 1e9);
-    if (do_max) max_n(dry_free, margin, k, 0, 0);
+    if (do_max) max_n(dry_free, margin, k, 0, 0, run_blocks);
     return 0;
   }
 
@@ -602,7 +613,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < nb; i++) bench_block(blocks[i], reps);
   if (ns) printf("== 48-block stack, recompute (1 warm-up, median of %d)\n", stack_reps);
   for (int i = 0; i < ns; i++) bench_stack(stacks[i], stack_reps);
-  if (do_max) max_n(mem_free() / GIB, margin, k, do_run, run_n);
+  if (do_max) max_n(mem_free() / GIB, margin, k, do_run, run_n, run_blocks);
   for (int i = 0; i < 4; i++) cudaEventDestroy(g_e[i]);
   return 0;
 }

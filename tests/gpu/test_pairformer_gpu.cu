@@ -160,10 +160,12 @@ typedef struct {
   float *grads;
 } gpu_results;
 
-static void gpu_run(const problem *P, mf_stack_policy pol, gpu_results *g, int reps) {
+static void gpu_run_blocks(const problem *P, mf_stack_policy pol, gpu_results *g, int reps,
+                           int run_blocks) {
   mf_pf_cuda_stack st;
   MF_ASSERT(mf_pf_cuda_stack_init(&st, &P->t, pol, P->N, 0, 0) == MF_OK, "%s",
             mf_error_message());
+  mf_pf_cuda_stack_set_run_blocks(&st, run_blocks);
   float *master = up_f32(P->params, P->t.total);
   mf_pf_cuda_stack_set_params(&st, master);
   mf_bf16_t *s = up_bf16(P->s, P->sn), *z = up_bf16(P->z, P->zn);
@@ -201,6 +203,10 @@ static void gpu_run(const problem *P, mf_stack_policy pol, gpu_results *g, int r
   cudaFree(s);
   cudaFree(z);
   cudaFree(mask);
+}
+
+static void gpu_run(const problem *P, mf_stack_policy pol, gpu_results *g, int reps) {
+  gpu_run_blocks(P, pol, g, reps, 0);
 }
 
 static void gpu_free(gpu_results *g) {
@@ -358,6 +364,47 @@ static void check_policies(void) {
   problem_free(&P);
 }
 
+/* A 5-block stack told to run its first 2 blocks equals the 2-block stack with the same
+ * first two blocks, bit for bit, and leaves the other blocks' gradients zero. */
+static void check_run_blocks(mf_stack_policy pol) {
+  problem P2, P5;
+  problem_make(&P2, small_config(), 2, 21, 1, 1, 55);
+  problem_make(&P5, small_config(), 5, 21, 1, 1, 55);
+  for (int i = 0; i < P2.t.n; i++) {
+    const mf_param_entry *e2 = &P2.t.entries[i], *e5 = &P5.t.entries[i];
+    memcpy(P5.params + e5->offset, P2.params + e2->offset, (size_t)e2->numel * sizeof(double));
+  }
+  gpu_results a, b;
+  gpu_run(&P2, pol, &a, 1);
+  gpu_run_blocks(&P5, pol, &b, 1, 2);
+  int same = 1, zero = 1;
+  const void *pa[4] = {a.so, a.zo, a.ds, a.dz}, *pb[4] = {b.so, b.zo, b.ds, b.dz};
+  for (int k = 0; k < 4; k++) {
+    size_t by = (size_t)(k % 2 ? P2.zn : P2.sn) * 2;
+    void *x = fetch(pa[k], by), *y = fetch(pb[k], by);
+    same &= memcmp(x, y, by) == 0;
+    free(x);
+    free(y);
+  }
+  float *g2 = (float *)fetch(a.grads, (size_t)P2.t.total * 4);
+  float *g5 = (float *)fetch(b.grads, (size_t)P5.t.total * 4);
+  for (int i = 0; i < P2.t.n; i++) {
+    const mf_param_entry *e2 = &P2.t.entries[i], *e5 = &P5.t.entries[i];
+    same &= memcmp(g2 + e2->offset, g5 + e5->offset, (size_t)e2->numel * 4) == 0;
+    for (int64_t k = e2->numel; k < e5->numel; k++) zero &= g5[e5->offset + k] == 0.0f;
+  }
+  MF_TEST(same, "run_blocks = 2 of 5 (%s) equals the 2-block stack bit for bit",
+          mf_stack_policy_name(pol.kind));
+  MF_TEST(zero, "run_blocks = 2 of 5 (%s) leaves blocks 2..4 without gradient",
+          mf_stack_policy_name(pol.kind));
+  free(g2);
+  free(g5);
+  gpu_free(&a);
+  gpu_free(&b);
+  problem_free(&P2);
+  problem_free(&P5);
+}
+
 static void check_planner(void) {
   mf_pairformer_config c = mf_pairformer_config_default();
   mf_params_table t;
@@ -427,6 +474,8 @@ int main(void) {
   check_vs_cpu("af3 N=24 mask drop", af3, 1, 24, 1, 1, 13);
   check_vs_cpu("af3 N=48", af3, 1, 48, 0, 0, 14);
   check_policies();
+  check_run_blocks((mf_stack_policy){MF_STACK_RECOMPUTE, 0});
+  check_run_blocks((mf_stack_policy){MF_STACK_EVERY_K, 3});
   check_planner();
   if (getenv("MF_PARITY_OUT")) {
     write_bundle(getenv("MF_PARITY_OUT"), "gpu_small_L2_N29", small_config(), 29);

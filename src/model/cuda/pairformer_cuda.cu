@@ -409,16 +409,22 @@ void mf_pf_cuda_stack_set_params(mf_pf_cuda_stack *st, const float *master) {
 
 /* Where everything lives for crop N inside the arena (as model/stack.c's views). */
 typedef struct {
-  int L, seg, nws, N;
+  int L, seg, nws, N; /* L: the blocks that run (the layout is the plan's) */
   size_t I, W, sbytes;
   char *kept, *inner, *saved, *ws;
   uint8_t *mask, *pm;
 } views;
 
+void mf_pf_cuda_stack_set_run_blocks(mf_pf_cuda_stack *st, int n) {
+  MF_ASSERT(n >= 0 && n <= st->plan.L, "pf_cuda stack: run %d blocks of %d", n, st->plan.L);
+  st->run_blocks = n;
+  st->fwd_N = 0;
+}
+
 static views make_views(const mf_pf_cuda_stack *st, int N) {
   const mf_pairformer_config *c = &st->table->config;
   views v;
-  v.L = st->plan.L;
+  v.L = st->run_blocks > 0 ? st->run_blocks : st->plan.L; /* the blocks that run */
   v.seg = st->plan.seg;
   v.nws = st->plan.n_workspaces;
   v.N = N;
@@ -494,7 +500,7 @@ void mf_pf_cuda_stack_backward(mf_pf_cuda_stack *st, bf16 *ds, bf16 *dz, float *
             "pf_cuda stack backward: N = %d (mask %s) without a matching forward", N,
             mask ? "given" : "none");
   views v = make_views(st, N);
-  const int masked = mask != NULL, n_seg = st->plan.n_seg;
+  const int masked = mask != NULL, n_seg = (v.L + v.seg - 1) / v.seg;
   const int64_t BN = st->layout.block_numel;
   for (int sg = n_seg - 1; sg >= 0; sg--) {
     int a = sg * v.seg, b = a + v.seg < v.L ? a + v.seg : v.L;

@@ -143,6 +143,7 @@ typedef struct {
   cudaStream_t stream;
   int fwd_N;           /* N of the last forward (0: none since init/backward) */
   int recomputed;      /* block forwards rerun by the last backward */
+  int run_blocks;      /* blocks a forward/backward runs: 0 = all L (see set_run_blocks) */
 } mf_pf_cuda_stack;
 
 /* Plans for crops up to N_max (refusing a plan over budget_bytes, 0 = no budget, with the
@@ -152,6 +153,11 @@ mf_status mf_pf_cuda_stack_init(mf_pf_cuda_stack *st, const mf_params_table *t,
                                 mf_stack_policy policy, int N_max, int64_t budget_bytes,
                                 cudaStream_t stream);
 void mf_pf_cuda_stack_free(mf_pf_cuda_stack *st);
+
+/* Runs only blocks 0..n−1 from now on (0: all L). For fit checks and benchmarks at crops
+ * too long to run all L blocks: the arena stays planned and allocated for L blocks, so the
+ * memory is that of the whole stack while the time is that of n blocks. */
+void mf_pf_cuda_stack_set_run_blocks(mf_pf_cuda_stack *st, int n);
 
 /* The bf16 compute copy from the fp32 master weights (device, table layout, t->total). */
 void mf_pf_cuda_stack_set_params(mf_pf_cuda_stack *st, const float *master);
