@@ -391,6 +391,27 @@ static void bench_block(int N, int reps) {
   emit("block", &r, "fwd", median(tf + warm, reps), F, F, reps);
   emit("block", &r, "bwd", median(tb + warm, reps), 2 * F, 2 * F, reps);
   emit("block", &r, "fwdbwd", median(tfb + warm, reps), 3 * F, 3 * F, reps);
+  /* where the time goes: per sub-layer, averaged over 3 profiled forward/backward pairs
+   * (the profile synchronises after each call, so these add up to slightly more) */
+  mf_pf_cuda_profile prof;
+  memset(&prof, 0, sizeof prof);
+  mf_pf_cuda_profile_enable(&prof);
+  for (int i = 0; i < 3; i++) {
+    fwd(&r);
+    prep_bwd(&r);
+    bwd(&r);
+  }
+  mf_pf_cuda_profile_enable(NULL);
+  printf("  block N=%d per sub-layer (ms, fwd / bwd):", N);
+  for (int k = 0; k < MF_PF_SUBLAYERS; k++) {
+    double f = prof.fwd_ms[k] / prof.fwd_calls, b = prof.bwd_ms[k] / prof.bwd_calls;
+    printf(" %s %.2f / %.2f%s", mf_pf_cuda_sublayer_name(k), f, b,
+           k + 1 < MF_PF_SUBLAYERS ? ";" : "\n");
+    json_row("{\"variant\": \"megafold\", \"scope\": \"sublayer\", \"sublayer\": \"%s\", "
+             "\"N\": %d, \"pass\": \"fwd\", \"ms\": %.4f}", mf_pf_cuda_sublayer_name(k), N, f);
+    json_row("{\"variant\": \"megafold\", \"scope\": \"sublayer\", \"sublayer\": \"%s\", "
+             "\"N\": %d, \"pass\": \"bwd\", \"ms\": %.4f}", mf_pf_cuda_sublayer_name(k), N, b);
+  }
   free(tf);
   run_free(&r);
 }

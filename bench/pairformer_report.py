@@ -37,10 +37,11 @@ for r in peers.get("rows", []):
 rank = lambda r: 0 if r.get("ms") is not None else (1 if r.get("oom") or r.get("error") else 2)
 best = {}
 for r in rows:
-    key = (r["variant"], r.get("scope"), r["N"], r.get("pass"), r.get("policy"))
+    key = (r["variant"], r.get("scope"), r["N"], r.get("pass"), r.get("policy"), r.get("sublayer"))
     if key not in best or rank(r) < rank(best[key]):
         best[key] = r
-rows = [r for r in rows if best[(r["variant"], r.get("scope"), r["N"], r.get("pass"), r.get("policy"))] is r]
+rows = [r for r in rows if best[(r["variant"], r.get("scope"), r["N"], r.get("pass"),
+                                 r.get("policy"), r.get("sublayer"))] is r]
 max_n = {"megafold": ours.get("max_n")} if ours.get("max_n") else {}
 max_n.update(peers.get("max_n") or {})
 res = {"bench": "pairformer", "gpu": gpu, "date": datetime.date.today().isoformat(),
@@ -211,7 +212,25 @@ m = max_n.get("megafold")
 if m:
     best = max(m["recompute"]["N"], m["every_k"]["N"], (m.get("best_k") or {}).get("N", 0))
     run = m.get("run")
-    ran = (f"; a real 48-block fwd+bwd at N = {run['N']} {'fit' if run.get('fit') else 'did NOT fit'}"
+    ran = (f"; the 48-block stack allocated at N = {run['N']} "
+           + (f"fit ({run['peak_gib']:.1f} GiB), fwd+bwd of its first {run.get('blocks_run', 48)} "
+              f"blocks ran in {run['ms'] / 1000:.1f} s" if run.get('fit') else "did NOT fit")
            if run else "; not run (MAX_N_RUN=0)")
     print(f"- largest trainable N, 48 blocks: {best} by the planner (goal ≥ 3584: "
           f"{'met' if best >= 3584 else 'NOT met'}){ran}")
+
+subs = [r for r in rows if r.get("scope") == "sublayer" and r.get("ms") is not None]
+if subs:
+    names = list(dict.fromkeys(r["sublayer"] for r in subs))
+    Ns = sorted({r["N"] for r in subs})
+    print("\n**Where one block's time goes** (megafold, ms fwd / bwd per sub-layer, profiled "
+          "with a synchronisation after each call)\n")
+    print("| sub-layer | " + " | ".join(f"N = {N}" for N in Ns) + " |")
+    print("|---|" + "---|" * len(Ns))
+    for nm in names:
+        cells = []
+        for N in Ns:
+            f = next((r["ms"] for r in subs if r["sublayer"] == nm and r["N"] == N and r["pass"] == "fwd"), None)
+            b = next((r["ms"] for r in subs if r["sublayer"] == nm and r["N"] == N and r["pass"] == "bwd"), None)
+            cells.append(f"{f:.2f} / {b:.2f}" if f is not None and b is not None else "—")
+        print(f"| {nm} | " + " | ".join(cells) + " |")

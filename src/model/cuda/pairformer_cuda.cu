@@ -208,6 +208,41 @@ size_t mf_pf_cuda_block_workspace(const mf_pairformer_config *c, int N) {
   return w;
 }
 
+/* ---------------------------------------------------------------- profiling */
+static mf_pf_cuda_profile *g_prof;
+static cudaEvent_t g_ev[MF_PF_SUBLAYERS + 1];
+
+void mf_pf_cuda_profile_enable(mf_pf_cuda_profile *p) {
+  if (p && !g_ev[0])
+    for (int k = 0; k <= MF_PF_SUBLAYERS; k++) MF_CHECK_CUDA(cudaEventCreate(&g_ev[k]));
+  g_prof = p;
+}
+
+const char *mf_pf_cuda_sublayer_name(int k) {
+  static const char *names[MF_PF_SUBLAYERS] = {"tri_mul_out",     "tri_mul_in",
+                                               "tri_att_start",   "tri_att_end",
+                                               "pair_transition", "single_att",
+                                               "single_transition"};
+  return k >= 0 && k < MF_PF_SUBLAYERS ? names[k] : "?";
+}
+
+/* Event i marks the end of the i-th sub-layer run by this call (0: the start). */
+static void prof_mark(int i, cudaStream_t st) {
+  if (g_prof) MF_CHECK_CUDA(cudaEventRecord(g_ev[i], st));
+}
+
+/* Adds the times between the marks: mark i+1 − mark i belongs to sub-layer order[i]. */
+static void prof_collect(const int *order, double *ms, int *calls) {
+  if (!g_prof) return;
+  MF_CHECK_CUDA(cudaEventSynchronize(g_ev[MF_PF_SUBLAYERS]));
+  for (int i = 0; i < MF_PF_SUBLAYERS; i++) {
+    float t = 0;
+    MF_CHECK_CUDA(cudaEventElapsedTime(&t, g_ev[i], g_ev[i + 1]));
+    ms[order[i]] += t;
+  }
+  (*calls)++;
+}
+
 /* Residual + dropout of triangle update k (0..3) of a block: the CPU's streams and axes. */
 static mf_resdrop_cuda resdrop(const mf_pairformer_config *c, mf_pairformer_rng rng, int k) {
   mf_resdrop_cuda r;
@@ -233,6 +268,7 @@ void mf_pf_cuda_block_forward(bf16 *s_out, bf16 *z_out, void *saved, const bf16 
   const int Cz = c->c_z, Cs = c->c_s;
 
   /* the four triangle updates: z_{k+1} = z_k + drop(U_k(z_k)), the op adding into a copy */
+  prof_mark(0, st);
   const bf16 *zin = z;
   for (int k = 0; k < 4; k++) {
     mf_resdrop_cuda rd = resdrop(c, rng, k);
@@ -246,6 +282,7 @@ void mf_pf_cuda_block_forward(bf16 *s_out, bf16 *z_out, void *saved, const bf16 
                              k == 2 ? &w->att_start : &w->att_end, N, Cz, c->h_tri, c->d_tri,
                              k == 2, &rd, ws, ws_bytes, blas, st);
     zin = v.z[k];
+    prof_mark(k + 1, st);
   }
   /* pair transition: z5 = z4 + PT(z4) */
   const mf_pf_cuda_transition *pt = &w->pair_trans;
@@ -254,16 +291,21 @@ void mf_pf_cuda_block_forward(bf16 *s_out, bf16 *z_out, void *saved, const bf16 
                              pt->w_o, M, Cz, c->n_trans * Cz, MF_LN_FULL, 1, ws, ws_bytes, blas,
                              st);
   copy_dev(z_out, v.z[4], zb, st);
+  prof_mark(5, st);
 
   /* single track: s1 = s + APB(s, z5); s_out = s1 + T(s1) */
   copy_dev(v.s1, s, sbytes, st);
   mf_apb_forward_cuda(v.s1, v.apb, s, v.z[4], mask, &w->single_att, N, Cs, Cz, c->h_s, c->d_s, 1,
                       ws, ws_bytes, blas, st);
+  prof_mark(6, st);
   const mf_pf_cuda_transition *sx = &w->single_trans;
   copy_dev(s_out, v.s1, sbytes, st);
   mf_transition_forward_cuda(s_out, v.st_mean, v.st_rstd, v.s1, sx->ln_g, sx->ln_b, sx->w_ab,
                              sx->w_o, N, Cs, c->n_trans * Cs, MF_LN_FULL, 1, ws, ws_bytes, blas,
                              st);
+  prof_mark(7, st);
+  static const int order[MF_PF_SUBLAYERS] = {0, 1, 2, 3, 4, 5, 6};
+  if (g_prof) prof_collect(order, g_prof->fwd_ms, &g_prof->fwd_calls);
 }
 
 void mf_pf_cuda_block_backward(bf16 *ds, bf16 *dz, const mf_pf_cuda_grads *g, const void *saved,
@@ -282,6 +324,7 @@ void mf_pf_cuda_block_backward(bf16 *ds, bf16 *dz, const mf_pf_cuda_grads *g, co
   char *wsb = (char *)ws;
 
   /* s_out = s1 + T(s1): ds1 = ds + T'(ds), in place */
+  prof_mark(0, st);
   {
     const mf_pf_cuda_transition *sx = &w->single_trans;
     mf_transition_backward_add_cuda(ds, g ? g->single_trans.ln_g : NULL,
@@ -291,6 +334,7 @@ void mf_pf_cuda_block_backward(bf16 *ds, bf16 *dz, const mf_pf_cuda_grads *g, co
                                     v.s1, sx->ln_g, sx->ln_b, sx->w_ab, sx->w_o, N, Cs,
                                     c->n_trans * Cs, MF_LN_FULL, ws, ws_bytes, blas, st);
   }
+  prof_mark(1, st);
   /* s1 = s + APB(s, z5): ds = ds1 + APB'_s(ds1); dz5 = dz + APB'_z(ds1) */
   {
     bf16 *ds1 = (bf16 *)wsb;
@@ -299,6 +343,7 @@ void mf_pf_cuda_block_backward(bf16 *ds, bf16 *dz, const mf_pf_cuda_grads *g, co
                          &w->single_att, N, Cs, Cz, c->h_s, c->d_s, 1, wsb + sb,
                          ws_bytes - sb, blas, st);
   }
+  prof_mark(2, st);
   /* z5 = z4 + PT(z4): dz4 = dz5 + PT'(dz5), in place */
   {
     const mf_pf_cuda_transition *pt = &w->pair_trans;
@@ -308,6 +353,7 @@ void mf_pf_cuda_block_backward(bf16 *ds, bf16 *dz, const mf_pf_cuda_grads *g, co
                                     v.z[3], pt->ln_g, pt->ln_b, pt->w_ab, pt->w_o, M, Cz,
                                     c->n_trans * Cz, MF_LN_FULL, ws, ws_bytes, blas, st);
   }
+  prof_mark(3, st);
   /* the triangle updates in reverse, in place: dz += ∂U_k/∂z_k(dz ⊙ mask_k) */
   for (int k = 3; k >= 0; k--) {
     mf_resdrop_cuda rd = resdrop(c, rng, k);
@@ -322,7 +368,10 @@ void mf_pf_cuda_block_backward(bf16 *ds, bf16 *dz, const mf_pf_cuda_grads *g, co
                               k == 2 ? v.ta_start : v.ta_end, zk, pm,
                               k == 2 ? &w->att_start : &w->att_end, N, Cz, c->h_tri, c->d_tri,
                               k == 2, &rd, ws, ws_bytes, blas, st);
+    prof_mark(7 - k, st);
   }
+  static const int order[MF_PF_SUBLAYERS] = {6, 5, 4, 3, 2, 1, 0};
+  if (g_prof) prof_collect(order, g_prof->bwd_ms, &g_prof->bwd_calls);
 }
 
 /* ================================================================ the stack */

@@ -123,6 +123,21 @@ void mf_pf_cuda_block_backward(__nv_bfloat16 *ds, __nv_bfloat16 *dz, const mf_pf
                                mf_pairformer_rng rng, void *ws, size_t ws_bytes,
                                const mf_cuda_blas *blas, cudaStream_t stream);
 
+/* Where a block's time goes: with a profile enabled, the block forward and backward record
+ * a CUDA event after each sub-layer (copy + op), synchronise at the end of the call and add
+ * the sub-layer times (ms) to the profile. The synchronisation makes profiled runs slightly
+ * slower; it is for the benchmark's breakdown, off by default. Not thread-safe. */
+#define MF_PF_SUBLAYERS 7
+typedef struct {
+  double fwd_ms[MF_PF_SUBLAYERS], bwd_ms[MF_PF_SUBLAYERS];
+  int fwd_calls, bwd_calls;
+} mf_pf_cuda_profile;
+/* p = NULL turns profiling off. */
+void mf_pf_cuda_profile_enable(mf_pf_cuda_profile *p);
+/* "tri_mul_out", "tri_mul_in", "tri_att_start", "tri_att_end", "pair_transition",
+ * "single_att", "single_transition" for k = 0..6. */
+const char *mf_pf_cuda_sublayer_name(int k);
+
 /* ---------------------------------------------------------------- the stack */
 /* The GPU sizer for the planner (model/stack.h): bf16 block inputs, this file's saved
  * bytes, the gradient kept in place (no ping-pong), and, fixed, the shared workspace plus
