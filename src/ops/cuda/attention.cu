@@ -1018,10 +1018,12 @@ static att_cfgs pick_cfgs(const att_params &p) {
   return att_cfgs{ATT_CFG_FWD, ATT_CFG_DKDV, ATT_CFG_DQ, ATT_CFG_DBIAS};
 }
 
-/* Calls f.template go<GA, GB>() for layout code c (the portable path: (1, 1) only). */
-template <bool MMA, typename F>
+/* Calls f.template go<GA, GB>() for layout code c. The other layouts exist for the lab's
+ * shape only (DP = 32, tensor cores; they were not faster: README step 5); elsewhere every
+ * code runs (1, 1), which keeps the library's build time. */
+template <int DP, bool MMA, typename F>
 static void with_cfg(int c, F &&f) {
-  if constexpr (MMA) {
+  if constexpr (MMA && DP == 32) {
     switch (c) {
     case 1: f.template go<2, 1>(); return;
     case 2: f.template go<1, 2>(); return;
@@ -1127,24 +1129,24 @@ struct dbias_launch {
 
 template <int DP, bool MMA>
 static void forward_dp(const att_params &p, cudaStream_t stream) {
-  with_cfg<MMA>(pick_cfgs(p).fwd, fwd_launch<DP, MMA>{p, stream});
+  with_cfg<DP, MMA>(pick_cfgs(p).fwd, fwd_launch<DP, MMA>{p, stream});
 }
 
 template <int DP, bool MMA>
 static void backward_dp(const att_params &p, bool want_dkdv, bool want_dq, bool want_dbias,
                         cudaStream_t stream) {
   const att_cfgs c = pick_cfgs(p);
-  if (want_dkdv) with_cfg<MMA>(c.dkdv, dkdv_launch<DP, MMA>{p, stream});
+  if (want_dkdv) with_cfg<DP, MMA>(c.dkdv, dkdv_launch<DP, MMA>{p, stream});
   const bool dbias_in_dq = want_dbias && want_dq && p.R == 1; /* R = 1: layout (1, 1) */
   if (want_dbias && !dbias_in_dq) { /* before dq: the split pass borrows dq's buffer */
     const bool split = want_dq && MMA && g_variant == 0;
     const size_t dq_bytes = (size_t)p.B * p.R * p.H * p.Q * p.D * sizeof(bf16);
-    with_cfg<MMA>(c.dbias, dbias_launch<DP, MMA>{p, stream, split ? (float *)p.dq : NULL,
+    with_cfg<DP, MMA>(c.dbias, dbias_launch<DP, MMA>{p, stream, split ? (float *)p.dq : NULL,
                                                  split ? dq_bytes : 0});
   }
   if (want_dq) {
     if (dbias_in_dq) dq_launch<DP, MMA, true>{p, stream}.template go<1, 1>();
-    else with_cfg<MMA>(c.dq, dq_launch<DP, MMA, false>{p, stream});
+    else with_cfg<DP, MMA>(c.dq, dq_launch<DP, MMA, false>{p, stream});
   }
 }
 
