@@ -7,10 +7,18 @@
  *                (max, then exp-sum and P·V), no shared memory, no tensor cores
  *   v1 portable  src/ops/cuda/attention.cu with the portable fragment path (warp
  *                shuffles + FMAs in place of mma.sync/ldmatrix/cp.async): fwd + bwd
- *   v2 mma       src/ops/cuda/attention.cu as shipped (mma.sync m16n8k16 bf16,
- *                ldmatrix, cp.async double buffering): fwd + bwd
+ *   v2 mma       src/ops/cuda/attention.cu, one 4-warp CTA per 64-row tile
+ *                (mf_attention_cuda_set_variant(2)): mma.sync m16n8k16 bf16, ldmatrix,
+ *                cp.async double buffering; fwd + bwd
+ *   v3 g21, v4 g12, v5 g22   the same kernels with CTAs of 2 or 4 warpgroups sharing the
+ *                tiles they stream (layouts (2,1), (1,2), (2,2) in every kernel;
+ *                set_variant(3..5))
+ *   v6 shipped   set_variant(0): the layout per kernel that the timings chose, and the
+ *                dbias pass split into row ranges when its grid is short of full waves
  *
- *   attention_lab [N_time]     (default 512: R = N, H = 4, D = 32)
+ *   attention_lab [N_time...]  (default 512: R = N, H = 4, D = 32; per-kernel backward
+ *                              times = backward with only dK/dV, only dQ, dQ + dbias minus
+ *                              dQ; LAB_VERSIONS=26 times only v2 and v6)
  * Not a test (tests/gpu/test_attention_gpu.cu is) and not the benchmark (bench/). */
 #ifndef MF_REAL_DOUBLE
 #define MF_REAL_DOUBLE 1 /* the oracle library is the double build */
@@ -77,6 +85,23 @@ static void rand_fill(double *x, int64_t n, unsigned seed) {
   }
 }
 
+/* Timing inputs, made on the device (the host path takes minutes at N = 2048): uniform
+ * with unit variance from a hash of the index. */
+__global__ static void fill_dev(mf_bf16_t *x, int64_t n, uint32_t seed) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    uint32_t h = (uint32_t)i * 2654435761u ^ (uint32_t)(i >> 32) * 40503u ^ seed * 2246822519u;
+    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
+    x[i] = mf_f32_to_bf16(((float)(h >> 8) * (1.f / 16777216.f) * 2.f - 1.f) * 1.7320508f);
+  }
+}
+static mf_bf16_t *dev_random(int64_t n, uint32_t seed) {
+  mf_bf16_t *d;
+  MF_CHECK_CUDA(cudaMalloc(&d, (size_t)n * 2));
+  fill_dev<<<1024, 256>>>(d, n, seed);
+  MF_CHECK_LAUNCH();
+  return d;
+}
+
 static mf_bf16_t *upload(const double *x, int64_t n) {
   mf_bf16 *h = (mf_bf16 *)malloc((size_t)n * 2);
   for (int64_t i = 0; i < n; i++) h[i] = mf_bf16_from_f32((float)x[i]);
@@ -113,13 +138,22 @@ typedef struct {
 static void make_problem(problem *p, mf_attn_dims d, int with_mask, double **host) {
   p->d = d;
   const int64_t nq = (int64_t)d.B * d.R * d.H * d.Q * d.D, nb = (int64_t)d.B * d.H * d.Q * d.K;
-  double *x = (double *)malloc((size_t)(5 * nq + nb) * sizeof(double));
-  rand_fill(x, 5 * nq + nb, 7);
-  p->q = upload(x, nq);
-  p->k = upload(x + nq, nq);
-  p->v = upload(x + 2 * nq, nq);
-  p->dout = upload(x + 3 * nq, nq);
-  p->bias = upload(x + 5 * nq, nb);
+  double *x = NULL;
+  if (host) {
+    x = (double *)malloc((size_t)(5 * nq + nb) * sizeof(double));
+    rand_fill(x, 5 * nq + nb, 7);
+    p->q = upload(x, nq);
+    p->k = upload(x + nq, nq);
+    p->v = upload(x + 2 * nq, nq);
+    p->dout = upload(x + 3 * nq, nq);
+    p->bias = upload(x + 5 * nq, nb);
+  } else {
+    p->q = dev_random(nq, 1);
+    p->k = dev_random(nq, 2);
+    p->v = dev_random(nq, 3);
+    p->dout = dev_random(nq, 4);
+    p->bias = dev_random(nb, 5);
+  }
   p->mask = NULL;
   if (with_mask) {
     const int64_t nm = (int64_t)d.B * d.R * d.K;
@@ -139,7 +173,6 @@ static void make_problem(problem *p, mf_attn_dims d, int with_mask, double **hos
   p->wsb = mf_attention_backward_cuda_workspace(d, 0);
   MF_CHECK_CUDA(cudaMalloc(&p->ws, p->wsb));
   if (host) host[0] = x;
-  else free(x);
 }
 
 static void free_problem(problem *p) {
@@ -147,6 +180,13 @@ static void free_problem(problem *p) {
   for (int i = 0; i < 13; i++)
     if (ps[i]) MF_CHECK_CUDA(cudaFree(ps[i]));
 }
+
+#define NVER 7
+static const int ver_variant[NVER] = {-1, 1, 2, 3, 4, 5, 0};
+
+/* which: 0 all gradients, 1 dK/dV only, 2 dQ only, 3 dQ and dbias (each with the
+ * prologue; the dbias pass alone is 3 minus 2, since its split form borrows dq's buffer) */
+static int g_which = 0;
 
 static void run_fwd(problem *p, int version) {
   if (version == 0) {
@@ -156,13 +196,16 @@ static void run_fwd(problem *p, int version) {
     MF_CHECK_LAUNCH();
     return;
   }
-  mf_attention_cuda_set_variant(version == 1 ? 1 : 0);
+  mf_attention_cuda_set_variant(ver_variant[version]);
   mf_attention_forward_cuda(p->out, p->lse, p->q, p->k, p->v, p->bias, p->mask, NULL, p->d, 0);
 }
 
 static void run_bwd(problem *p, int version) {
-  mf_attention_cuda_set_variant(version == 1 ? 1 : 0);
-  mf_attention_backward_cuda(p->dq, p->dk, p->dv, p->dbias, NULL, p->dout, p->out, p->lse, p->q,
+  mf_attention_cuda_set_variant(ver_variant[version]);
+  const int w = g_which;
+  mf_attention_backward_cuda(w != 1 ? p->dq : NULL, w == 0 || w == 1 ? p->dk : NULL,
+                             w == 0 || w == 1 ? p->dv : NULL, w == 0 || w == 3 ? p->dbias : NULL,
+                             NULL, p->dout, p->out, p->lse, p->q,
                              p->k, p->v, p->bias, p->mask, NULL, p->d, p->ws, p->wsb, 0);
 }
 
@@ -189,11 +232,21 @@ static float time_ms(problem *p, int version, int bwd) {
   return best[3];
 }
 
+static int same_dev(const void *a, const void *b, size_t n) {
+  char *ha = (char *)malloc(n), *hb = (char *)malloc(n);
+  MF_CHECK_CUDA(cudaMemcpy(ha, a, n, cudaMemcpyDeviceToHost));
+  MF_CHECK_CUDA(cudaMemcpy(hb, b, n, cudaMemcpyDeviceToHost));
+  const int ok = memcmp(ha, hb, n) == 0;
+  free(ha);
+  free(hb);
+  return ok;
+}
+
 int main(int argc, char **argv) {
-  const int Nt = argc > 1 ? atoi(argv[1]) : 512;
-  const char *names[] = {"v0 simt", "v1 portable", "v2 mma"};
-  /* validation: B=1, R=6, H=3, N=130, D=32, bias and mask (one fully masked r) */
-  mf_attn_dims dv = {1, 6, 3, 130, 130, 32, 1.0 / sqrt(32.0)};
+  const char *names[NVER] = {"v0 simt", "v1 portable", "v2 mma", "v3 g21", "v4 g12", "v5 g22", "v6 shipped"};
+  /* validation: B=1, R=5, H=3, N=130, D=32, bias and mask (one fully masked r); R odd so
+   * that a CTA of two row warpgroups has one past the end */
+  mf_attn_dims dv = {1, 5, 3, 130, 130, 32, 1.0 / sqrt(32.0)};
   double *host[6] = {0};
   problem pv;
   make_problem(&pv, dv, 1, host);
@@ -205,40 +258,75 @@ int main(int argc, char **argv) {
   mf_attention_forward(ro, rl, x, x + nq, x + 2 * nq, x + 5 * nq, mask, NULL, dv);
   mf_attention_backward(rdq, rdk, rdv, rdb, NULL, x + 3 * nq, rl, x, x + nq, x + 2 * nq, x + 5 * nq,
                         mask, NULL, dv);
-  printf("validation vs CPU reference (double), B=1 R=6 H=3 N=130 D=32, bias + mask:\n");
-  for (int ver = 0; ver < 3; ver++) {
+  mf_bf16_t *keep[4];
+  for (int i = 0; i < 4; i++) MF_CHECK_CUDA(cudaMalloc(&keep[i], (size_t)(i == 3 ? nb : nq) * 2));
+  int bad = 0;
+  printf("validation vs CPU reference (double), B=1 R=5 H=3 N=130 D=32, bias + mask:\n");
+  for (int ver = 0; ver < NVER; ver++) {
     MF_CHECK_CUDA(cudaMemset(pv.out, 0xff, nq * 2));
     run_fwd(&pv, ver);
     MF_CHECK_CUDA(cudaDeviceSynchronize());
-    printf("  %-12s out %.2e", names[ver], relerr_dev(pv.out, ro, nq));
+    const double eo = relerr_dev(pv.out, ro, nq);
+    bad += !(eo < 1e-2);
+    printf("  %-12s out %.2e", names[ver], eo);
     if (ver > 0) {
       void *gs[] = {pv.dq, pv.dk, pv.dv, pv.dbias};
-      for (int i = 0; i < 4; i++) MF_CHECK_CUDA(cudaMemset(gs[i], 0xff, (i == 3 ? nb : nq) * 2));
-      run_bwd(&pv, ver);
-      MF_CHECK_CUDA(cudaDeviceSynchronize());
-      printf("  dq %.2e  dk %.2e  dv %.2e  dbias %.2e", relerr_dev(pv.dq, rdq, nq),
-             relerr_dev(pv.dk, rdk, nq), relerr_dev(pv.dv, rdv, nq), relerr_dev(pv.dbias, rdb, nb));
+      for (int rep = 0; rep < 2; rep++) {
+        for (int i = 0; i < 4; i++) MF_CHECK_CUDA(cudaMemset(gs[i], 0xff, (i == 3 ? nb : nq) * 2));
+        run_bwd(&pv, ver);
+        MF_CHECK_CUDA(cudaDeviceSynchronize());
+        if (rep == 0)
+          for (int i = 0; i < 4; i++)
+            MF_CHECK_CUDA(cudaMemcpy(keep[i], gs[i], (i == 3 ? nb : nq) * 2, cudaMemcpyDeviceToDevice));
+      }
+      const double e[4] = {relerr_dev(pv.dq, rdq, nq), relerr_dev(pv.dk, rdk, nq),
+                           relerr_dev(pv.dv, rdv, nq), relerr_dev(pv.dbias, rdb, nb)};
+      int same = 1;
+      for (int i = 0; i < 4; i++) {
+        bad += !(e[i] < 1e-2);
+        same &= same_dev(keep[i], gs[i], (size_t)(i == 3 ? nb : nq) * 2);
+      }
+      bad += !same;
+      printf("  dq %.2e  dk %.2e  dv %.2e  dbias %.2e  rerun %s", e[0], e[1], e[2], e[3],
+             same ? "bit-identical" : "DIFFERS");
     }
     printf("\n");
   }
+  for (int i = 0; i < 4; i++) MF_CHECK_CUDA(cudaFree(keep[i]));
   free_problem(&pv);
+  printf("validation: %s\n", bad ? "FAILED" : "ok");
 
   /* timing: triangle attention R = N, H = 4, D = 32, no mask */
-  mf_attn_dims dt = {1, Nt, 4, Nt, Nt, 32, 1.0 / sqrt(32.0)};
-  problem pt;
-  make_problem(&pt, dt, 0, NULL);
-  const double f1 = 4.0 * Nt * 4.0 * Nt * (double)Nt * 32;
-  printf("timing, triangle attention N=R=%d H=4 D=32 (median of 7):\n", Nt);
-  for (int ver = 0; ver < 3; ver++) {
-    const float tf = time_ms(&pt, ver, 0);
-    printf("  %-12s fwd %8.3f ms (%6.1f TFLOP/s)", names[ver], tf, f1 / tf / 1e9);
-    if (ver > 0) {
-      const float tb = time_ms(&pt, ver, 1);
-      printf("  bwd %8.3f ms (%6.1f TFLOP/s)", tb, 2.5 * f1 / tb / 1e9);
+  for (int ai = 1; ai < (argc > 1 ? argc : 2); ai++) {
+    const int Nt = argc > 1 ? atoi(argv[ai]) : 512;
+    mf_attn_dims dt = {1, Nt, 4, Nt, Nt, 32, 1.0 / sqrt(32.0)};
+    problem pt;
+    make_problem(&pt, dt, 0, NULL);
+    const double f1 = 4.0 * Nt * 4.0 * Nt * (double)Nt * 32;
+    printf("timing, triangle attention N=R=%d H=4 D=32 (median of 7; dkdv, dq: backward with "
+           "only that gradient, prologue included; dbias: (dq + dbias) - dq):\n", Nt);
+    for (int ver = 0; ver < NVER; ver++) {
+      if (ver < 2 && Nt > 512) continue; /* the slow versions only at small N */
+      if (getenv("LAB_VERSIONS") && !strchr(getenv("LAB_VERSIONS"), '0' + ver)) continue;
+      const float tf = time_ms(&pt, ver, 0);
+      printf("  %-12s fwd %8.3f ms (%6.1f TFLOP/s)", names[ver], tf, f1 / tf / 1e9);
+      if (ver > 0) {
+        const float tb = time_ms(&pt, ver, 1);
+        printf("  bwd %8.3f ms (%6.1f TFLOP/s)", tb, 2.5 * f1 / tb / 1e9);
+        if (ver > 1) {
+          float tk[3];
+          for (int w = 1; w <= 3; w++) {
+            g_which = w;
+            tk[w - 1] = time_ms(&pt, ver, 1);
+          }
+          g_which = 0;
+          printf("  dkdv %7.3f  dq %7.3f  dbias %7.3f", tk[0], tk[1], tk[2] - tk[1]);
+        }
+      }
+      printf("\n");
     }
-    printf("\n");
+    free_problem(&pt);
   }
-  free_problem(&pt);
   mf_attention_cuda_set_variant(0);
-  return 0;
+  return bad ? 1 : 0;
 }

@@ -4,8 +4,11 @@
  * Not the CPU reference (src/ops/cpu/attention.c) and not the kernel lab
  * (dev/cuda/attention_lab.cu, which times the versions side by side).
  *
- * Kernels (tiles of BQ = 64 queries × BK = 64 keys, 4 warps, one warp per 16 rows,
- * head dim padded to DP ∈ {16, 32, 48, 64} in shared memory):
+ * Kernels (tiles of BQ = 64 queries × BK = 64 keys, a warpgroup of 4 warps per tile, one
+ * warp per 16 rows, head dim padded to DP ∈ {16, 32, 48, 64} in shared memory; a CTA is
+ * 1, 2 or 4 such warpgroups that share the tiles they stream: two rows r share the bias
+ * tile, two query (key) tiles share the K/V (Q/dO) tiles — see "Warpgroups" below; the
+ * "one CTA per" below is one warpgroup per):
  *   fwd_kernel     one CTA per (b, r, h, query tile); online softmax over key tiles in
  *                  registers (exponentials as ex2 of log2e·(s − max)); logits never
  *                  leave the chip; saves lse only. Key tiles double-buffered (cp.async);
@@ -197,7 +200,7 @@ __device__ __forceinline__ void cp_async_wait() {
 
 /* Loads of a (64, DP) row tile (q, k, v or dO rows) into shared memory (pitch DP+8),
  * planned once per thread: the 64·DP/8 16-byte chunks split exactly over the 128 threads
- * (DP/16 each), so a tile costs each thread DP/16 predicated copies and no index
+ * of the warpgroup that loads the tile (DP/16 each), so a tile costs each thread DP/16 predicated copies and no index
  * arithmetic. Chunks past D (head-dim padding) or past the valid rows are zero-filled. */
 template <int DP>
 struct row_plan {
@@ -207,7 +210,7 @@ struct row_plan {
   __device__ __forceinline__ explicit row_plan(int D) {
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
-      const int i = threadIdx.x + j * ATT_THREADS, r = i / CH, c = i % CH;
+      const int i = threadIdx.x % ATT_THREADS + j * ATT_THREADS, r = i / CH, c = i % CH;
       goff[j] = r * D + c * 8;
       soff[j] = r * (DP + 8) + c * 8;
       row[j] = c * 8 < D ? r : 1 << 30; /* padding columns: never valid, zero-filled */
@@ -231,7 +234,7 @@ struct bias_plan {
   int off[4], row0, c;
   int64_t ld;
   __device__ __forceinline__ explicit bias_plan(int64_t ld_) : ld(ld_) {
-    row0 = threadIdx.x / (ATT_BK / 8);
+    row0 = threadIdx.x % ATT_THREADS / (ATT_BK / 8);
     c = (threadIdx.x % (ATT_BK / 8)) * 8;
 #pragma unroll
     for (int j = 0; j < 4; j++) off[j] = (int)((row0 + 16 * j) * ld + c);
@@ -248,7 +251,7 @@ struct bias_plan {
     } else {
       unsigned short *su = reinterpret_cast<unsigned short *>(s);
       const unsigned short *gu = reinterpret_cast<const unsigned short *>(g);
-      for (int i = threadIdx.x; i < ATT_BQ * ATT_BK; i += ATT_THREADS) {
+      for (int i = threadIdx.x % ATT_THREADS; i < ATT_BQ * ATT_BK; i += ATT_THREADS) {
         const int row = i / ATT_BK, cc = i % ATT_BK;
         su[row * ATT_BP + cc] = (g && row < rows && cc < cols) ? gu[row * ld + cc] : 0;
       }
@@ -261,12 +264,12 @@ struct bias_plan {
  * all_valid() lets a whole tile skip the per-element mask. */
 __device__ __forceinline__ void load_mask(uint8_t *s, const uint8_t *mrow, int k0, int K) {
   static_assert(ATT_BK == 2 * MF_WARP_SIZE && ATT_THREADS >= ATT_BK, "one key per thread of 2 warps");
-  if (threadIdx.x < ATT_BK) {
-    const int c = threadIdx.x;
+  const int c = threadIdx.x % ATT_THREADS;
+  if (c < ATT_BK) {
     const bool ok = (k0 + c < K) && (!mrow || mrow[k0 + c]);
     s[c] = ok;
     const bool all = __all_sync(0xffffffffu, ok);
-    if (threadIdx.x % MF_WARP_SIZE == 0) reinterpret_cast<int *>(s + ATT_BK)[threadIdx.x / MF_WARP_SIZE] = all;
+    if (c % MF_WARP_SIZE == 0) reinterpret_cast<int *>(s + ATT_BK)[c / MF_WARP_SIZE] = all;
   }
 }
 __device__ __forceinline__ bool all_valid(const uint8_t *s) {
@@ -357,6 +360,8 @@ typedef struct {
   int B, R, H, Q, K, D;
   int nqb, nkb;     /* query / key tiles */
   float scale;
+  int rs;           /* dbias pass: rows r split into rs ranges (1: no split) */
+  float *dbp;       /* rs > 1: (rs,B,H,Q,K) fp32 partial sums (scratch in dq's buffer) */
 } att_params;
 
 /* Logits of this warp's (16 rows, 64 keys) tile, in place: s ← scale·s + bias, or -inf
@@ -390,39 +395,67 @@ __device__ __forceinline__ void logits(float s[8][4], const bf16 *bs, const uint
 }
 
 /* ------------------------------------------------------------------------------------
- * Forward. Grid: B·H·nqb·R CTAs, r fastest so that the CTAs sharing a bias tile run
- * together. out (B,R,H,Q,D), lse (B,R,H,Q). */
-template <int DP, bool MMA>
-__global__ void __launch_bounds__(ATT_THREADS) fwd_kernel(att_params p) {
+ * Warpgroups. A CTA is G = GA·GB warpgroups of 4 warps; warpgroup wg does the work of
+ * one 4-warp CTA of the first version (one 64-row tile) and shares the tiles it streams
+ * with the others: in fwd/dq the GA = GR warpgroups of different rows r (same query tile)
+ * share the bias tile and the GB = GQ warpgroups of different query tiles (same r) share
+ * the K/V tiles; dkdv likewise with key tiles; dbias shares Q/dO over key tiles and K/V
+ * over query tiles. Bytes from L2 per logit at D = 32: 2/GR (bias) + 2/GQ (K, V), which
+ * is what bounds these kernels (README). G = 1 is the first version exactly. */
+/* Minimum CTAs per SM for __launch_bounds__ (a register cap of 65536 / (threads·minb)):
+ * At DP = 32: fwd 96 / 121 / 121 registers for G = 1 / 2 / 4, dkdv 160 / 128 / 128. */
+__host__ __device__ constexpr int minb_fwd(bool MMA, int DP, int G) {
+  return !(MMA && DP <= 32) ? (G == 1 ? 3 : 1) : G == 1 ? 5 : G == 2 ? 2 : 1;
+}
+__host__ __device__ constexpr int minb_bwd(bool MMA, int DP, int G) {
+  return !(MMA && DP <= 32) ? 1 : G == 1 ? 4 : G == 2 ? 2 : 1;
+}
+__host__ __device__ constexpr int minb_dkdv(bool MMA, int DP, int G) {
+  return !(MMA && DP <= 32) ? 1 : G == 1 ? 3 : G == 2 ? 2 : 1;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Forward. Grid: B·H·⌈nqb/GQ⌉·⌈R/GR⌉ CTAs, r fastest so that the CTAs sharing a bias
+ * tile run together. out (B,R,H,Q,D), lse (B,R,H,Q). */
+template <int DP, bool MMA, int GR, int GQ>
+__global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * GQ)) fwd_kernel(att_params p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  constexpr int TP = DP + 8, TILE = 64 * TP;
-  bf16 *Qs = reinterpret_cast<bf16 *>(smem);
-  bf16 *Ks = Qs + TILE;         /* [2][TILE] */
-  bf16 *Vs = Ks + 2 * TILE;     /* [2][TILE] */
-  bf16 *Bs = Vs + 2 * TILE;     /* [2][BQ*BP] */
-  uint8_t *Ms = reinterpret_cast<uint8_t *>(Bs + 2 * ATT_BQ * ATT_BP); /* [2][ATT_MS] */
+  constexpr int G = GR * GQ, TP = DP + 8, TILE = 64 * TP, BT = ATT_BQ * ATT_BP;
+  const int wg = G == 1 ? 0 : threadIdx.x / ATT_THREADS, jr = wg % GR, jq = wg / GR;
+  bf16 *Qs = reinterpret_cast<bf16 *>(smem) + wg * TILE;  /* [G][TILE] */
+  bf16 *Ks = reinterpret_cast<bf16 *>(smem) + G * TILE + jr * 2 * TILE; /* [GR][2][TILE] */
+  bf16 *Vs = Ks + GR * 2 * TILE;                                        /* [GR][2][TILE] */
+  bf16 *Bs = reinterpret_cast<bf16 *>(smem) + (G + 4 * GR) * TILE + jq * 2 * BT; /* [GQ][2][BT] */
+  uint8_t *Ms = reinterpret_cast<uint8_t *>(reinterpret_cast<bf16 *>(smem) + (G + 4 * GR) * TILE + GQ * 2 * BT) +
+                jr * 2 * ATT_MS; /* [GR][2][ATT_MS] */
 
   int64_t idx = blockIdx.x;
-  const int r = (int)(idx % p.R); idx /= p.R;
-  const int qb = (int)(idx % p.nqb); idx /= p.nqb;
+  const int nrg = (p.R + GR - 1) / GR, nqg = (p.nqb + GQ - 1) / GQ;
+  const int rr = (int)(idx % nrg) * GR + jr; idx /= nrg;
+  const int qb = (int)(idx % nqg) * GQ + jq; idx /= nqg;
   const int h = (int)(idx % p.H);
   const int b = (int)(idx / p.H);
+  const bool act = rr < p.R; /* a warpgroup past the last row redoes row R-1, stores nothing */
+  const int r = act ? rr : p.R - 1;
+  const bool ldkv = jq == 0, ldb = jr == 0; /* who loads the shared tiles */
   const int Q = p.Q, K = p.K, D = p.D, q0 = qb * ATT_BQ;
   const int64_t brh = ((int64_t)b * p.R + r) * p.H + h;
   const bf16 *qg = p.q + (brh * Q + q0) * D, *kg = p.k + brh * K * D, *vg = p.v + brh * K * D;
   const bf16 *bg = p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0) * K : NULL;
   const uint8_t *mg = p.mask ? p.mask + ((int64_t)b * p.R + r) * K : NULL;
-  const int warp = threadIdx.x / MF_WARP_SIZE, lane = threadIdx.x % MF_WARP_SIZE;
+  const int warp = threadIdx.x / MF_WARP_SIZE % ATT_WARPS, lane = threadIdx.x % MF_WARP_SIZE;
   const row_plan<DP> rp(D);
   const bias_plan bp(K);
   const int gq = lane >> 2, t = lane & 3;
 
   const int nkb = p.nkb;
   rp.template load<MMA>(Qs, qg, Q - q0);
-  rp.template load<MMA>(Ks, kg, K);
-  rp.template load<MMA>(Vs, vg, K);
-  bp.template load<MMA>(Bs, bg, Q - q0, K);
-  load_mask(Ms, mg, 0, K);
+  if (ldkv) {
+    rp.template load<MMA>(Ks, kg, K);
+    rp.template load<MMA>(Vs, vg, K);
+    load_mask(Ms, mg, 0, K);
+  }
+  if (ldb) bp.template load<MMA>(Bs, bg, Q - q0, K);
   cp_async_commit<MMA>();
   cp_async_wait<MMA, 0>();
   __syncthreads();
@@ -438,15 +471,17 @@ __global__ void __launch_bounds__(ATT_THREADS) fwd_kernel(att_params p) {
     const int st = it & 1;
     if (it + 1 < nkb) { /* prefetch the next key tile into the other stage */
       const int k1 = (it + 1) * ATT_BK, sn = st ^ 1;
-      rp.template load<MMA>(Ks + sn * TILE, kg + (int64_t)k1 * D, K - k1);
-      rp.template load<MMA>(Vs + sn * TILE, vg + (int64_t)k1 * D, K - k1);
-      bp.template load<MMA>(Bs + sn * ATT_BQ * ATT_BP, bg ? bg + k1 : NULL, Q - q0, K - k1);
-      load_mask(Ms + sn * ATT_MS, mg, k1, K);
+      if (ldkv) {
+        rp.template load<MMA>(Ks + sn * TILE, kg + (int64_t)k1 * D, K - k1);
+        rp.template load<MMA>(Vs + sn * TILE, vg + (int64_t)k1 * D, K - k1);
+        load_mask(Ms + sn * ATT_MS, mg, k1, K);
+      }
+      if (ldb) bp.template load<MMA>(Bs + sn * BT, bg ? bg + k1 : NULL, Q - q0, K - k1);
     }
     cp_async_commit<MMA>();
     cp_async_wait<MMA, 1>();
     __syncthreads();
-    const bf16 *ks = Ks + st * TILE, *vs = Vs + st * TILE, *bs = Bs + st * ATT_BQ * ATT_BP;
+    const bf16 *ks = Ks + st * TILE, *vs = Vs + st * TILE, *bs = Bs + st * BT;
     const uint8_t *ms = Ms + st * ATT_MS;
 
     float s[8][4];
@@ -495,7 +530,7 @@ __global__ void __launch_bounds__(ATT_THREADS) fwd_kernel(att_params p) {
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
   const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
   const int row0 = q0 + warp * 16 + gq, row1 = row0 + 8;
-  if (p.lse && t == 0) {
+  if (act && p.lse && t == 0) {
     float *lg = p.lse + brh * Q;
     if (row0 < Q) lg[row0] = l0 > 0.f ? m0 + log2f(l0) * ATT_LN2 : -INFINITY;
     if (row1 < Q) lg[row1] = l1 > 0.f ? m1 + log2f(l1) * ATT_LN2 : -INFINITY;
@@ -521,7 +556,7 @@ __global__ void __launch_bounds__(ATT_THREADS) fwd_kernel(att_params p) {
       }
     }
   }
-  store_rows<DP>(p.out + brh * Q * D, o, q0 + warp * 16, Q, D, 1.f);
+  if (act) store_rows<DP>(p.out + brh * Q * D, o, q0 + warp * 16, Q, D, 1.f);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -561,27 +596,36 @@ __global__ void prep_kernel(float *Di, bf16 *dO, bf16 *dgate, const bf16 *dout, 
 }
 
 /* ------------------------------------------------------------------------------------
- * dK, dV. Grid: B·H·nkb·R CTAs (r fastest); each warp owns 16 keys of the key tile and
- * computes the transposed products Sᵀ (16 keys, 64 queries) per query tile.
- * dk, dv (B,R,H,K,D). */
-template <int DP, bool MMA>
-__global__ void __launch_bounds__(ATT_THREADS) dkdv_kernel(att_params p) {
+ * dK, dV. Grid: B·H·⌈nkb/GK⌉·⌈R/GR⌉ CTAs (r fastest); each warp owns 16 keys of its
+ * warpgroup's key tile and computes the transposed products Sᵀ (16 keys, 64 queries) per
+ * query tile. The GR warpgroups of different r share the bias tile, the GK of different
+ * key tiles share Q, dO, lse, Di. dk, dv (B,R,H,K,D). */
+template <int DP, bool MMA, int GR, int GK>
+__global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR * GK)) dkdv_kernel(att_params p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  constexpr int TP = DP + 8, TILE = 64 * TP;
-  bf16 *Ks = reinterpret_cast<bf16 *>(smem);
-  bf16 *Vs = Ks + TILE;
-  bf16 *Qs = Vs + TILE;         /* [2][TILE] */
-  bf16 *dOs = Qs + 2 * TILE;    /* [2][TILE] */
-  bf16 *Bs = dOs + 2 * TILE;    /* [2][BQ*BP] */
-  float *Ls = reinterpret_cast<float *>(Bs + 2 * ATT_BQ * ATT_BP); /* [2][BQ] lse·log2e */
-  float *Ds = Ls + 2 * ATT_BQ;                                      /* [2][BQ] Di */
-  uint8_t *Ms = reinterpret_cast<uint8_t *>(Ds + 2 * ATT_BQ);       /* [ATT_MS] */
+  constexpr int G = GR * GK, TP = DP + 8, TILE = 64 * TP, BT = ATT_BQ * ATT_BP;
+  const int wg = G == 1 ? 0 : threadIdx.x / ATT_THREADS, jr = wg % GR, jk = wg / GR;
+  bf16 *s0 = reinterpret_cast<bf16 *>(smem);
+  bf16 *Ks = s0 + wg * TILE;                       /* [G][TILE] */
+  bf16 *Vs = s0 + (G + wg) * TILE;                 /* [G][TILE] */
+  bf16 *Qs = s0 + 2 * G * TILE + jr * 2 * TILE;    /* [GR][2][TILE] */
+  bf16 *dOs = Qs + GR * 2 * TILE;                  /* [GR][2][TILE] */
+  bf16 *Bs = s0 + (2 * G + 4 * GR) * TILE + jk * 2 * BT;              /* [GK][2][BT] */
+  float *Ls = reinterpret_cast<float *>(s0 + (2 * G + 4 * GR) * TILE + GK * 2 * BT) +
+              jr * 2 * ATT_BQ;                                         /* [GR][2][BQ] lse·log2e */
+  float *Ds = Ls + GR * 2 * ATT_BQ;                                    /* [GR][2][BQ] Di */
+  uint8_t *Ms = reinterpret_cast<uint8_t *>(Ls - jr * 2 * ATT_BQ + GR * 4 * ATT_BQ) +
+                wg * ATT_MS;                                           /* [G][ATT_MS] */
 
   int64_t idx = blockIdx.x;
-  const int r = (int)(idx % p.R); idx /= p.R;
-  const int kb = (int)(idx % p.nkb); idx /= p.nkb;
+  const int nrg = (p.R + GR - 1) / GR, nkg = (p.nkb + GK - 1) / GK;
+  const int rr = (int)(idx % nrg) * GR + jr; idx /= nrg;
+  const int kb = (int)(idx % nkg) * GK + jk; idx /= nkg;
   const int h = (int)(idx % p.H);
   const int b = (int)(idx / p.H);
+  const bool act = rr < p.R; /* a warpgroup past the last row redoes row R-1, stores nothing */
+  const int r = act ? rr : p.R - 1;
+  const bool ldq = jk == 0, ldb = jr == 0; /* who loads the shared tiles */
   const int Q = p.Q, K = p.K, D = p.D, k0 = kb * ATT_BK;
   const int64_t brh = ((int64_t)b * p.R + r) * p.H + h;
   const bf16 *qg = p.q + brh * Q * D, *dog = p.dO + brh * Q * D;
@@ -589,7 +633,7 @@ __global__ void __launch_bounds__(ATT_THREADS) dkdv_kernel(att_params p) {
   const bf16 *bg = p.bias ? p.bias + ((int64_t)b * p.H + h) * Q * K + k0 : NULL;
   const uint8_t *mg = p.mask ? p.mask + ((int64_t)b * p.R + r) * K : NULL;
   const float *lg = p.lse + brh * Q, *dig = p.Di + brh * Q;
-  const int warp = threadIdx.x / MF_WARP_SIZE, lane = threadIdx.x % MF_WARP_SIZE;
+  const int warp = threadIdx.x / MF_WARP_SIZE % ATT_WARPS, lane = threadIdx.x % MF_WARP_SIZE;
   const row_plan<DP> rp(D);
   const bias_plan bp(K);
   const int gq = lane >> 2, t = lane & 3;
@@ -597,14 +641,16 @@ __global__ void __launch_bounds__(ATT_THREADS) dkdv_kernel(att_params p) {
 
   auto prefetch = [&](int it, int sn) {
     const int q1 = it * ATT_BQ;
-    rp.template load<MMA>(Qs + sn * TILE, qg + (int64_t)q1 * D, Q - q1);
-    rp.template load<MMA>(dOs + sn * TILE, dog + (int64_t)q1 * D, Q - q1);
-    bp.template load<MMA>(Bs + sn * ATT_BQ * ATT_BP, bg ? bg + (int64_t)q1 * K : NULL, Q - q1, K - k0);
-    for (int c = threadIdx.x; c < ATT_BQ; c += ATT_THREADS) {
-      /* padded query rows: lse = +inf gives P = 0 */
-      Ls[sn * ATT_BQ + c] = q1 + c < Q ? lse_log2(lg[q1 + c]) : INFINITY;
-      Ds[sn * ATT_BQ + c] = q1 + c < Q ? dig[q1 + c] : 0.f;
+    if (ldq) {
+      rp.template load<MMA>(Qs + sn * TILE, qg + (int64_t)q1 * D, Q - q1);
+      rp.template load<MMA>(dOs + sn * TILE, dog + (int64_t)q1 * D, Q - q1);
+      for (int c = threadIdx.x % ATT_THREADS; c < ATT_BQ; c += ATT_THREADS) {
+        /* padded query rows: lse = +inf gives P = 0 */
+        Ls[sn * ATT_BQ + c] = q1 + c < Q ? lse_log2(lg[q1 + c]) : INFINITY;
+        Ds[sn * ATT_BQ + c] = q1 + c < Q ? dig[q1 + c] : 0.f;
+      }
     }
+    if (ldb) bp.template load<MMA>(Bs + sn * BT, bg ? bg + (int64_t)q1 * K : NULL, Q - q1, K - k0);
   };
 
   rp.template load<MMA>(Ks, kg, K - k0);
@@ -668,8 +714,8 @@ __global__ void __launch_bounds__(ATT_THREADS) dkdv_kernel(att_params p) {
     mm_pm<DP, MMA>(dk, dp, qs);  /* dK += dSᵀ·Q */
     __syncthreads();
   }
-  if (p.dk) store_rows<DP>(p.dk + brh * K * D, dk, k0 + warp * 16, K, D, p.scale);
-  if (p.dv) store_rows<DP>(p.dv + brh * K * D, dv, k0 + warp * 16, K, D, 1.f);
+  if (act && p.dk) store_rows<DP>(p.dk + brh * K * D, dk, k0 + warp * 16, K, D, p.scale);
+  if (act && p.dv) store_rows<DP>(p.dv + brh * K * D, dv, k0 + warp * 16, K, D, 1.f);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -696,30 +742,38 @@ __device__ __forceinline__ void make_ds(float s[8][4], float dp[8][4], const bf1
   }
 }
 
-/* dQ (and dbias = dS when R = 1). Grid: B·H·nqb·R CTAs (r fastest). dq (B,R,H,Q,D). */
-template <int DP, bool MMA, bool DBIAS>
-__global__ void __launch_bounds__(ATT_THREADS, (MMA && DP <= 32) ? 4 : 1) dq_kernel(att_params p) {
+/* dQ (and dbias = dS when R = 1). Grid: B·H·⌈nqb/GQ⌉·⌈R/GR⌉ CTAs (r fastest); the
+ * warpgroups share tiles as in the forward. dq (B,R,H,Q,D). */
+template <int DP, bool MMA, bool DBIAS, int GR, int GQ>
+__global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_bwd(MMA, DP, GR * GQ)) dq_kernel(att_params p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  constexpr int TP = DP + 8, TILE = 64 * TP;
-  bf16 *Qs = reinterpret_cast<bf16 *>(smem);
-  bf16 *dOs = Qs + TILE;
-  bf16 *Ks = dOs + TILE;        /* [2][TILE] */
-  bf16 *Vs = Ks + 2 * TILE;     /* [2][TILE] */
-  bf16 *Bs = Vs + 2 * TILE;     /* [2][BQ*BP] */
-  uint8_t *Ms = reinterpret_cast<uint8_t *>(Bs + 2 * ATT_BQ * ATT_BP); /* [2][ATT_MS] */
+  constexpr int G = GR * GQ, TP = DP + 8, TILE = 64 * TP, BT = ATT_BQ * ATT_BP;
+  const int wg = G == 1 ? 0 : threadIdx.x / ATT_THREADS, jr = wg % GR, jq = wg / GR;
+  bf16 *s0 = reinterpret_cast<bf16 *>(smem);
+  bf16 *Qs = s0 + wg * TILE;                                 /* [G][TILE] */
+  bf16 *dOs = s0 + (G + wg) * TILE;                          /* [G][TILE] */
+  bf16 *Ks = s0 + 2 * G * TILE + jr * 2 * TILE;              /* [GR][2][TILE] */
+  bf16 *Vs = Ks + GR * 2 * TILE;                             /* [GR][2][TILE] */
+  bf16 *Bs = s0 + (2 * G + 4 * GR) * TILE + jq * 2 * BT;     /* [GQ][2][BT] */
+  uint8_t *Ms = reinterpret_cast<uint8_t *>(s0 + (2 * G + 4 * GR) * TILE + GQ * 2 * BT) +
+                jr * 2 * ATT_MS;                             /* [GR][2][ATT_MS] */
 
   int64_t idx = blockIdx.x;
-  const int r = (int)(idx % p.R); idx /= p.R;
-  const int qb = (int)(idx % p.nqb); idx /= p.nqb;
+  const int nrg = (p.R + GR - 1) / GR, nqg = (p.nqb + GQ - 1) / GQ;
+  const int rr = (int)(idx % nrg) * GR + jr; idx /= nrg;
+  const int qb = (int)(idx % nqg) * GQ + jq; idx /= nqg;
   const int h = (int)(idx % p.H);
   const int b = (int)(idx / p.H);
+  const bool act = rr < p.R; /* a warpgroup past the last row redoes row R-1, stores nothing */
+  const int r = act ? rr : p.R - 1;
+  const bool ldkv = jq == 0, ldb = jr == 0; /* who loads the shared tiles */
   const int Q = p.Q, K = p.K, D = p.D, q0 = qb * ATT_BQ;
   const int64_t brh = ((int64_t)b * p.R + r) * p.H + h;
   const bf16 *qg = p.q + (brh * Q + q0) * D, *dog = p.dO + (brh * Q + q0) * D;
   const bf16 *kg = p.k + brh * K * D, *vg = p.v + brh * K * D;
   const bf16 *bg = p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0) * K : NULL;
   const uint8_t *mg = p.mask ? p.mask + ((int64_t)b * p.R + r) * K : NULL;
-  const int warp = threadIdx.x / MF_WARP_SIZE, lane = threadIdx.x % MF_WARP_SIZE;
+  const int warp = threadIdx.x / MF_WARP_SIZE % ATT_WARPS, lane = threadIdx.x % MF_WARP_SIZE;
   const row_plan<DP> rp(D);
   const bias_plan bp(K);
   const int gq = lane >> 2, t = lane & 3;
@@ -732,10 +786,12 @@ __global__ void __launch_bounds__(ATT_THREADS, (MMA && DP <= 32) ? 4 : 1) dq_ker
 
   rp.template load<MMA>(Qs, qg, Q - q0);
   rp.template load<MMA>(dOs, dog, Q - q0);
-  rp.template load<MMA>(Ks, kg, K);
-  rp.template load<MMA>(Vs, vg, K);
-  bp.template load<MMA>(Bs, bg, Q - q0, K);
-  load_mask(Ms, mg, 0, K);
+  if (ldkv) {
+    rp.template load<MMA>(Ks, kg, K);
+    rp.template load<MMA>(Vs, vg, K);
+    load_mask(Ms, mg, 0, K);
+  }
+  if (ldb) bp.template load<MMA>(Bs, bg, Q - q0, K);
   cp_async_commit<MMA>();
   cp_async_wait<MMA, 0>();
   __syncthreads();
@@ -751,15 +807,17 @@ __global__ void __launch_bounds__(ATT_THREADS, (MMA && DP <= 32) ? 4 : 1) dq_ker
     const int st = it & 1;
     if (it + 1 < nkb) {
       const int k1 = (it + 1) * ATT_BK, sn = st ^ 1;
-      rp.template load<MMA>(Ks + sn * TILE, kg + (int64_t)k1 * D, K - k1);
-      rp.template load<MMA>(Vs + sn * TILE, vg + (int64_t)k1 * D, K - k1);
-      bp.template load<MMA>(Bs + sn * ATT_BQ * ATT_BP, bg ? bg + k1 : NULL, Q - q0, K - k1);
-      load_mask(Ms + sn * ATT_MS, mg, k1, K);
+      if (ldkv) {
+        rp.template load<MMA>(Ks + sn * TILE, kg + (int64_t)k1 * D, K - k1);
+        rp.template load<MMA>(Vs + sn * TILE, vg + (int64_t)k1 * D, K - k1);
+        load_mask(Ms + sn * ATT_MS, mg, k1, K);
+      }
+      if (ldb) bp.template load<MMA>(Bs + sn * BT, bg ? bg + k1 : NULL, Q - q0, K - k1);
     }
     cp_async_commit<MMA>();
     cp_async_wait<MMA, 1>();
     __syncthreads();
-    const bf16 *ks = Ks + st * TILE, *vs = Vs + st * TILE, *bs = Bs + st * ATT_BQ * ATT_BP;
+    const bf16 *ks = Ks + st * TILE, *vs = Vs + st * TILE, *bs = Bs + st * BT;
     const uint8_t *ms = Ms + st * ATT_MS;
 
     float s[8][4], dp[8][4];
@@ -770,7 +828,7 @@ __global__ void __launch_bounds__(ATT_THREADS, (MMA && DP <= 32) ? 4 : 1) dq_ker
     mm_abt<DP, MMA>(s, qf, ks);   /* S = Q·Kᵀ */
     mm_abt<DP, MMA>(dp, dof, vs); /* dP = dO·Vᵀ */
     make_ds<MMA>(s, dp, bs, ms, lse0, lse1, di0, di1, p.scale, warp);
-    if (DBIAS) { /* R = 1: dbias = dS, each element written once */
+    if (DBIAS && act) { /* R = 1: dbias = dS, each element written once */
       bf16 *db = p.dbias + ((int64_t)b * p.H + h) * Q * K;
       const int kbase = it * ATT_BK;
 #pragma unroll
@@ -784,59 +842,76 @@ __global__ void __launch_bounds__(ATT_THREADS, (MMA && DP <= 32) ? 4 : 1) dq_ker
     mm_pm<DP, MMA>(dq, dp, ks); /* dQ += dS·K */
     __syncthreads();
   }
-  store_rows<DP>(p.dq + brh * Q * D, dq, q0 + warp * 16, Q, D, p.scale);
+  if (act) store_rows<DP>(p.dq + brh * Q * D, dq, q0 + warp * 16, Q, D, p.scale);
 }
 
-/* dbias = Σ_r dS. Grid: B·H·nqb·nkb CTAs; each owns one (query tile, key tile) of one
- * (b, h) and walks r = 0..R-1 in order, accumulating in fp32 registers. dbias (B,H,Q,K). */
-template <int DP, bool MMA>
-__global__ void __launch_bounds__(ATT_THREADS, (MMA && DP <= 32) ? 4 : 1) dbias_kernel(att_params p) {
+/* dbias = Σ_r dS. Grid: rs·B·H·⌈nqb/GQ⌉·⌈nkb/GK⌉ CTAs; each warpgroup owns one (query
+ * tile, key tile) of one (b, h) and walks its range of rows r in order, accumulating in
+ * fp32 registers (rs = 1: all rows, dbias written here; rs > 1: fp32 partial sums, summed
+ * in range order by dbias_reduce_kernel — more CTAs when the grid is short of full waves);
+ * the GQ warpgroups of different query tiles share K, V and the mask, the GK of different
+ * key tiles share Q, dO, lse, Di. dbias (B,H,Q,K). */
+template <int DP, bool MMA, int GQ, int GK>
+__global__ void __launch_bounds__(ATT_THREADS * GQ * GK, minb_bwd(MMA, DP, GQ * GK)) dbias_kernel(att_params p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  constexpr int TP = DP + 8, TILE = 64 * TP;
-  bf16 *Qs = reinterpret_cast<bf16 *>(smem); /* [2][TILE] */
-  bf16 *dOs = Qs + 2 * TILE;                 /* [2][TILE] */
-  bf16 *Ks = dOs + 2 * TILE;                 /* [2][TILE] */
-  bf16 *Vs = Ks + 2 * TILE;                  /* [2][TILE] */
-  bf16 *Bs = Vs + 2 * TILE;                  /* [BQ*BP] */
-  float *Ls = reinterpret_cast<float *>(Bs + ATT_BQ * ATT_BP); /* [2][BQ] */
-  float *Ds = Ls + 2 * ATT_BQ;                                 /* [2][BQ] */
-  uint8_t *Ms = reinterpret_cast<uint8_t *>(Ds + 2 * ATT_BQ);  /* [2][ATT_MS] */
+  constexpr int G = GQ * GK, TP = DP + 8, TILE = 64 * TP, BT = ATT_BQ * ATT_BP;
+  const int wg = G == 1 ? 0 : threadIdx.x / ATT_THREADS, jq = wg % GQ, jk = wg / GQ;
+  bf16 *s0 = reinterpret_cast<bf16 *>(smem);
+  bf16 *Qs = s0 + jq * 2 * TILE;                    /* [GQ][2][TILE] */
+  bf16 *dOs = Qs + GQ * 2 * TILE;                   /* [GQ][2][TILE] */
+  bf16 *Ks = s0 + 4 * GQ * TILE + jk * 2 * TILE;    /* [GK][2][TILE] */
+  bf16 *Vs = Ks + GK * 2 * TILE;                    /* [GK][2][TILE] */
+  bf16 *Bs = s0 + 4 * (GQ + GK) * TILE + wg * BT;   /* [G][BT] */
+  float *L0 = reinterpret_cast<float *>(s0 + 4 * (GQ + GK) * TILE + G * BT);
+  float *Ls = L0 + jq * 2 * ATT_BQ;                 /* [GQ][2][BQ] */
+  float *Ds = Ls + GQ * 2 * ATT_BQ;                 /* [GQ][2][BQ] */
+  uint8_t *Ms = reinterpret_cast<uint8_t *>(L0 + GQ * 4 * ATT_BQ) + jk * 2 * ATT_MS; /* [GK][2][ATT_MS] */
 
   int64_t idx = blockIdx.x;
-  const int kb = (int)(idx % p.nkb); idx /= p.nkb;
-  const int qb = (int)(idx % p.nqb); idx /= p.nqb;
+  const int nkg = (p.nkb + GK - 1) / GK, nqg = (p.nqb + GQ - 1) / GQ;
+  const int64_t per = (int64_t)p.B * p.H * nqg * nkg; /* CTAs per range of rows */
+  const int sp = (int)(idx / per); idx %= per;
+  const int kb = (int)(idx % nkg) * GK + jk; idx /= nkg;
+  const int qb = (int)(idx % nqg) * GQ + jq; idx /= nqg;
   const int h = (int)(idx % p.H);
   const int b = (int)(idx / p.H);
+  const bool ldq = jk == 0, ldkv = jq == 0; /* who loads the shared tiles */
   const int Q = p.Q, K = p.K, D = p.D, q0 = qb * ATT_BQ, k0 = kb * ATT_BK, R = p.R;
   const bf16 *bg = p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0) * K + k0 : NULL;
-  const int warp = threadIdx.x / MF_WARP_SIZE, lane = threadIdx.x % MF_WARP_SIZE;
+  const int warp = threadIdx.x / MF_WARP_SIZE % ATT_WARPS, lane = threadIdx.x % MF_WARP_SIZE;
   const row_plan<DP> rp(D);
   const bias_plan bp(K);
   const int gq = lane >> 2, t = lane & 3;
 
   auto prefetch = [&](int r, int sn) {
     const int64_t brh = ((int64_t)b * R + r) * p.H + h;
-    rp.template load<MMA>(Qs + sn * TILE, p.q + (brh * Q + q0) * D, Q - q0);
-    rp.template load<MMA>(dOs + sn * TILE, p.dO + (brh * Q + q0) * D, Q - q0);
-    rp.template load<MMA>(Ks + sn * TILE, p.k + (brh * K + k0) * D, K - k0);
-    rp.template load<MMA>(Vs + sn * TILE, p.v + (brh * K + k0) * D, K - k0);
-    load_mask(Ms + sn * ATT_MS, p.mask ? p.mask + ((int64_t)b * R + r) * K : NULL, k0, K);
-    for (int c = threadIdx.x; c < ATT_BQ; c += ATT_THREADS) {
-      Ls[sn * ATT_BQ + c] = q0 + c < Q ? lse_log2(p.lse[brh * Q + q0 + c]) : INFINITY;
-      Ds[sn * ATT_BQ + c] = q0 + c < Q ? p.Di[brh * Q + q0 + c] : 0.f;
+    if (ldq) {
+      rp.template load<MMA>(Qs + sn * TILE, p.q + (brh * Q + q0) * D, Q - q0);
+      rp.template load<MMA>(dOs + sn * TILE, p.dO + (brh * Q + q0) * D, Q - q0);
+      for (int c = threadIdx.x % ATT_THREADS; c < ATT_BQ; c += ATT_THREADS) {
+        Ls[sn * ATT_BQ + c] = q0 + c < Q ? lse_log2(p.lse[brh * Q + q0 + c]) : INFINITY;
+        Ds[sn * ATT_BQ + c] = q0 + c < Q ? p.Di[brh * Q + q0 + c] : 0.f;
+      }
+    }
+    if (ldkv) {
+      rp.template load<MMA>(Ks + sn * TILE, p.k + (brh * K + k0) * D, K - k0);
+      rp.template load<MMA>(Vs + sn * TILE, p.v + (brh * K + k0) * D, K - k0);
+      load_mask(Ms + sn * ATT_MS, p.mask ? p.mask + ((int64_t)b * R + r) * K : NULL, k0, K);
     }
   };
 
+  /* rows [rb, re) of range sp (all rows when rs = 1), in order */
+  const int rb = (int)((int64_t)sp * R / p.rs), re = (int)((int64_t)(sp + 1) * R / p.rs);
   bp.template load<MMA>(Bs, bg, Q - q0, K - k0);
-  prefetch(0, 0);
+  if (rb < re) prefetch(rb, 0);
   cp_async_commit<MMA>();
   float acc[8][4];
 #pragma unroll
   for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
 
-  for (int r = 0; r < R; r++) {
-    const int st = r & 1;
-    if (r + 1 < R) prefetch(r + 1, st ^ 1);
+  for (int r = rb; r < re; r++) {
+    const int st = (r - rb) & 1;
+    if (r + 1 < re) prefetch(r + 1, st ^ 1);
     cp_async_commit<MMA>();
     cp_async_wait<MMA, 1>();
     __syncthreads();
@@ -860,14 +935,29 @@ __global__ void __launch_bounds__(ATT_THREADS, (MMA && DP <= 32) ? 4 : 1) dbias_
       for (int e = 0; e < 4; e++) acc[i][e] += dp[i][e];
     __syncthreads();
   }
-  bf16 *db = p.dbias + ((int64_t)b * p.H + h) * Q * K;
+  const int64_t bh = (int64_t)b * p.H + h;
+  bf16 *db = p.dbias + bh * Q * K;
+  float *dbp = p.rs > 1 ? p.dbp + ((int64_t)sp * p.B * p.H + bh) * Q * K : NULL;
 #pragma unroll
   for (int nb = 0; nb < 8; nb++)
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       const int row = q0 + warp * 16 + gq + (e >> 1) * 8, col = k0 + nb * 8 + 2 * t + (e & 1);
-      if (row < Q && col < K) db[(int64_t)row * K + col] = mf_f32_to_bf16(acc[nb][e]);
+      if (row < Q && col < K) {
+        if (dbp) dbp[(int64_t)row * K + col] = acc[nb][e];
+        else db[(int64_t)row * K + col] = mf_f32_to_bf16(acc[nb][e]);
+      }
     }
+}
+
+/* dbias (n = B·H·Q·K) = Σ_s part[s] over the rs row ranges of a split dbias pass, s in
+ * order: one thread per element, so the sum is the same every run. */
+__global__ void dbias_reduce_kernel(bf16 *dbias, const float *part, int rs, int64_t n) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float acc = part[i];
+  for (int sp = 1; sp < rs; sp++) acc += part[sp * n + i];
+  dbias[i] = mf_f32_to_bf16(acc);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -893,49 +983,176 @@ static att_params make_params(mf_attn_dims d) {
   p.nqb = (int)mf_cdiv(d.Q, ATT_BQ);
   p.nkb = (int)mf_cdiv(d.K, ATT_BK);
   p.scale = (float)d.scale;
+  p.rs = 1;
   return p;
 }
 
 template <typename Kern>
-static void launch(Kern kern, int64_t grid, size_t smem, cudaStream_t stream, const att_params &p) {
+static void launch(Kern kern, int64_t grid, int threads, size_t smem, cudaStream_t stream,
+                   const att_params &p) {
   if (grid == 0) return;
   MF_ASSERT(grid < 2147483647LL, "attention grid of %lld CTAs", (long long)grid);
   MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  kern<<<(unsigned)grid, ATT_THREADS, smem, stream>>>(p);
+  kern<<<(unsigned)grid, threads, smem, stream>>>(p);
   MF_CHECK_LAUNCH();
 }
 
+/* Warpgroup layouts (GA, GB) by code: 0 = (1, 1), the first version; 1 = (2, 1); 2 = (1, 2);
+ * 3 = (2, 2). Per kernel, GA×GB is fwd/dq GR×GQ, dkdv GR×GK, dbias GQ×GK. */
+typedef struct {
+  int fwd, dkdv, dq, dbias;
+} att_cfgs;
+/* Defaults for R > 1: the timings (dev/cuda/README.md, step 5) showed no layout reliably
+ * faster than (1, 1) at N = 768..2048, so the first version's layout stays. */
+#define ATT_CFG_FWD 0
+#define ATT_CFG_DKDV 0
+#define ATT_CFG_DQ 0
+#define ATT_CFG_DBIAS 0
+
+static att_cfgs pick_cfgs(const att_params &p) {
+  if (g_variant == 1 || g_variant == 2 || p.R == 1) return att_cfgs{0, 0, 0, 0};
+  if (g_variant >= 3) { /* lab: one layout for all kernels */
+    const int c = g_variant - 2;
+    return att_cfgs{c, c, c, c};
+  }
+  return att_cfgs{ATT_CFG_FWD, ATT_CFG_DKDV, ATT_CFG_DQ, ATT_CFG_DBIAS};
+}
+
+/* Calls f.template go<GA, GB>() for layout code c. The other layouts exist for the lab's
+ * shape only (DP = 32, tensor cores; they were not faster: README step 5); elsewhere every
+ * code runs (1, 1), which keeps the library's build time. */
+template <int DP, bool MMA, typename F>
+static void with_cfg(int c, F &&f) {
+  if constexpr (MMA && DP == 32) {
+    switch (c) {
+    case 1: f.template go<2, 1>(); return;
+    case 2: f.template go<1, 2>(); return;
+    case 3: f.template go<2, 2>(); return;
+    default: break;
+    }
+  }
+  f.template go<1, 1>();
+}
+
+template <int DP, bool MMA>
+struct fwd_launch {
+  const att_params &p;
+  cudaStream_t stream;
+  template <int GR, int GQ>
+  void go() const {
+    const int G = GR * GQ;
+    const size_t smem = (G + 4 * GR) * tile_bytes(DP) + 2 * GQ * bias_bytes() + 2 * GR * ATT_MS;
+    launch(fwd_kernel<DP, MMA, GR, GQ>, (int64_t)p.B * p.H * mf_cdiv(p.nqb, GQ) * mf_cdiv(p.R, GR),
+           ATT_THREADS * G, smem, stream, p);
+  }
+};
+
+template <int DP, bool MMA>
+struct dkdv_launch {
+  const att_params &p;
+  cudaStream_t stream;
+  template <int GR, int GK>
+  void go() const {
+    const int G = GR * GK;
+    const size_t smem = (2 * G + 4 * GR) * tile_bytes(DP) + 2 * GK * bias_bytes() +
+                        GR * 4 * ATT_BQ * sizeof(float) + G * ATT_MS;
+    launch(dkdv_kernel<DP, MMA, GR, GK>, (int64_t)p.B * p.H * mf_cdiv(p.nkb, GK) * mf_cdiv(p.R, GR),
+           ATT_THREADS * G, smem, stream, p);
+  }
+};
+
+template <int DP, bool MMA, bool DBIAS>
+struct dq_launch {
+  const att_params &p;
+  cudaStream_t stream;
+  template <int GR, int GQ>
+  void go() const {
+    const int G = GR * GQ;
+    const size_t smem = (2 * G + 4 * GR) * tile_bytes(DP) + 2 * GQ * bias_bytes() + 2 * GR * ATT_MS;
+    launch(dq_kernel<DP, MMA, DBIAS, GR, GQ>, (int64_t)p.B * p.H * mf_cdiv(p.nqb, GQ) * mf_cdiv(p.R, GR),
+           ATT_THREADS * G, smem, stream, p);
+  }
+};
+
+/* Row ranges for the dbias pass: its grid (T CTAs, each walking all R rows) is often a
+ * little over a whole number of waves (N = 768, H = 4: 576 CTAs on 528 slots, so the last
+ * 48 run alone for a whole pass). With rs ranges there are rs·T shorter CTAs; take the rs
+ * that minimises ⌈rs·T/slots⌉/rs (the passes' length in units of the unsplit CTA), when
+ * it saves at least 5 %, with rs·B·H·Q·K fp32 partial sums fitting in `cap` bytes. */
+static int dbias_ranges(int64_t T, int64_t slots, int R, int64_t bhqk, size_t cap) {
+  if (slots <= 0 || T <= 0) return 1;
+  int best = 1;
+  double cost = (double)((T + slots - 1) / slots);
+  for (int rs = 2; rs <= 16 && rs <= R; rs++) {
+    if ((size_t)rs * (size_t)bhqk * sizeof(float) > cap) break;
+    const double c = (double)((rs * T + slots - 1) / slots) / rs;
+    if (c < 0.95 * cost) {
+      best = rs;
+      cost = c;
+    }
+  }
+  return best;
+}
+
+template <int DP, bool MMA>
+struct dbias_launch {
+  const att_params &p;
+  cudaStream_t stream;
+  float *scratch;   /* dq's buffer (overwritten later by the dq pass), or NULL */
+  size_t scratch_bytes;
+  template <int GQ, int GK>
+  void go() const {
+    const int G = GQ * GK;
+    const size_t smem = 4 * (GQ + GK) * tile_bytes(DP) + G * bias_bytes() +
+                        GQ * 4 * ATT_BQ * sizeof(float) + 2 * GK * ATT_MS;
+    auto kern = dbias_kernel<DP, MMA, GQ, GK>;
+    const int64_t T = (int64_t)p.B * p.H * mf_cdiv(p.nqb, GQ) * mf_cdiv(p.nkb, GK);
+    const int64_t bhqk = (int64_t)p.B * p.H * p.Q * p.K;
+    att_params q = p;
+    q.rs = 1;
+    if (scratch && T > 0) {
+      int dev = 0, sms = 0, per_sm = 0;
+      MF_CHECK_CUDA(cudaGetDevice(&dev));
+      MF_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+      MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, ATT_THREADS * G, smem));
+      q.rs = dbias_ranges(T, (int64_t)sms * per_sm, p.R, bhqk, scratch_bytes);
+      q.dbp = scratch;
+    }
+    launch(kern, T * q.rs, ATT_THREADS * G, smem, stream, q);
+    if (q.rs > 1) {
+      dbias_reduce_kernel<<<mf_cdiv(bhqk, 256), 256, 0, stream>>>(p.dbias, scratch, q.rs, bhqk);
+      MF_CHECK_LAUNCH();
+    }
+  }
+};
+
 template <int DP, bool MMA>
 static void forward_dp(const att_params &p, cudaStream_t stream) {
-  const size_t smem = 5 * tile_bytes(DP) + 2 * bias_bytes() + 2 * ATT_MS;
-  launch(fwd_kernel<DP, MMA>, (int64_t)p.B * p.H * p.nqb * p.R, smem, stream, p);
+  with_cfg<DP, MMA>(pick_cfgs(p).fwd, fwd_launch<DP, MMA>{p, stream});
 }
 
 template <int DP, bool MMA>
 static void backward_dp(const att_params &p, bool want_dkdv, bool want_dq, bool want_dbias,
                         cudaStream_t stream) {
-  const size_t lsd = 4 * ATT_BQ * sizeof(float);
-  if (want_dkdv) {
-    const size_t smem = 6 * tile_bytes(DP) + 2 * bias_bytes() + lsd + ATT_MS;
-    launch(dkdv_kernel<DP, MMA>, (int64_t)p.B * p.H * p.nkb * p.R, smem, stream, p);
+  const att_cfgs c = pick_cfgs(p);
+  if (want_dkdv) with_cfg<DP, MMA>(c.dkdv, dkdv_launch<DP, MMA>{p, stream});
+  const bool dbias_in_dq = want_dbias && want_dq && p.R == 1; /* R = 1: layout (1, 1) */
+  if (want_dbias && !dbias_in_dq) { /* before dq: the split pass borrows dq's buffer */
+    const bool split = want_dq && MMA && g_variant == 0;
+    const size_t dq_bytes = (size_t)p.B * p.R * p.H * p.Q * p.D * sizeof(bf16);
+    with_cfg<DP, MMA>(c.dbias, dbias_launch<DP, MMA>{p, stream, split ? (float *)p.dq : NULL,
+                                                 split ? dq_bytes : 0});
   }
-  const bool dbias_in_dq = want_dbias && want_dq && p.R == 1;
   if (want_dq) {
-    const size_t smem = 6 * tile_bytes(DP) + 2 * bias_bytes() + 2 * ATT_MS;
-    if (dbias_in_dq)
-      launch(dq_kernel<DP, MMA, true>, (int64_t)p.B * p.H * p.nqb * p.R, smem, stream, p);
-    else
-      launch(dq_kernel<DP, MMA, false>, (int64_t)p.B * p.H * p.nqb * p.R, smem, stream, p);
-  }
-  if (want_dbias && !dbias_in_dq) {
-    const size_t smem = 8 * tile_bytes(DP) + bias_bytes() + lsd + 2 * ATT_MS;
-    launch(dbias_kernel<DP, MMA>, (int64_t)p.B * p.H * p.nqb * p.nkb, smem, stream, p);
+    if (dbias_in_dq) dq_launch<DP, MMA, true>{p, stream}.template go<1, 1>();
+    else with_cfg<DP, MMA>(c.dq, dq_launch<DP, MMA, false>{p, stream});
   }
 }
 
 #define MF_ATT_DISPATCH(fn, DPV, ...)                                        \
   do {                                                                       \
-    const bool mma_ = g_variant == 0;                                        \
+    const bool mma_ = g_variant != 1;                                        \
     switch (DPV) {                                                           \
     case 16: mma_ ? fn<16, true>(__VA_ARGS__) : fn<16, false>(__VA_ARGS__); break; \
     case 32: mma_ ? fn<32, true>(__VA_ARGS__) : fn<32, false>(__VA_ARGS__); break; \
@@ -945,7 +1162,7 @@ static void backward_dp(const att_params &p, bool want_dkdv, bool want_dq, bool 
   } while (0)
 
 extern "C" int mf_attention_cuda_set_variant(int variant) {
-  MF_ASSERT(variant == 0 || variant == 1, "attention variant %d", variant);
+  MF_ASSERT(variant >= 0 && variant <= 5, "attention variant %d", variant);
   const int old = g_variant;
   g_variant = variant;
   return old;

@@ -15,7 +15,10 @@
  *
  * Gradient contract (as attention.h): dq, dk, dv, dbias, dgate all ASSIGN; any may be
  * NULL to skip it. dbias = Σ_r dS is reduced by a pass that owns each (q, k) tile and
- * loops over r in fp32 registers: no float atomics, so two runs are bit-identical.
+ * loops over r in fp32 registers: no float atomics, so two runs are bit-identical. When
+ * that pass's grid is short of full waves and dq is wanted, r is split into a few ranges
+ * whose fp32 partial sums borrow dq's buffer (before dq is computed) and are summed in
+ * range order: still deterministic, and no memory beyond the arguments and workspace.
  * Unlike the CPU reference, the backward takes the forward's output `out` (gated):
  * Di = Σ_d dout·out and dgate = dout·out·(1 − σ(gate)) then need no recomputation. */
 #ifndef MF_OPS_CUDA_ATTENTION_CUDA_H
@@ -55,7 +58,9 @@ void mf_attention_backward_cuda(__nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloa
 
 /* Kernel variant for the lab and the tests: 0 = tensor cores (mma.sync, the default),
  * 1 = the portable path (the same kernels with the matrix products done by warp
- * shuffles and FMAs, no architecture-specific instructions). Returns the previous one. */
+ * shuffles and FMAs, no architecture-specific instructions); lab only: 2 = the first
+ * tensor-core version (no split dbias pass), 3..5 = CTAs of several warpgroups sharing
+ * tiles (dev/cuda/README.md). Returns the previous one. */
 int mf_attention_cuda_set_variant(int variant);
 
 #ifdef __cplusplus
