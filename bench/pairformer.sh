@@ -24,8 +24,9 @@ export NCCL_NVLS_ENABLE=0
 B="$BUILD/bench/pairformer"
 
 build() {
+  mkdir -p "$BUILD"
   make -j16 BUILD="$BUILD" "$BUILD/libmegafold_cuda.a" "$BUILD/libmegafold_oracle_f64.a" \
-    > "$RESULTS/pairformer_make.log" 2>&1 || { tail -30 "$RESULTS/pairformer_make.log"; echo "make failed"; return 1; }
+    > "$BUILD/pairformer_make.log" 2>&1 || { tail -30 "$BUILD/pairformer_make.log"; echo "make failed"; return 1; }
   # The oracle lib uses OpenBLAS when the Makefile found it (it then defines MF_HAVE_BLAS).
   local blas=""
   echo 'int main(void){return 0;}' | cc -x c - -include cblas.h -lopenblas -o /dev/null 2>/dev/null \

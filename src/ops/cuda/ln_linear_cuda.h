@@ -71,10 +71,11 @@ void mf_ln_rows_backward_cuda(__nv_bfloat16 *dx, float *part, const float *dy,
                               const __nv_bfloat16 *gamma, int64_t rows, int C, mf_ln_mode mode,
                               int accumulate, cudaStream_t stream);
 
-/* dgamma (C) += Σ_p part[p, 0:C],  dbeta (C) += Σ_p part[p, C:2C], p in order 0..parts−1.
- * Either may be NULL. */
-void mf_ln_param_grad_reduce_cuda(float *dgamma, float *dbeta, const float *part, int parts,
-                                  int C, cudaStream_t stream);
+/* dgamma (C) += Σ_p part[p, 0:C],  dbeta (C) += Σ_p part[p, C:2C], summed in an order that
+ * depends only on parts and C (chunks of parts, then the chunks in order), so two runs are
+ * bit-identical. Either may be NULL. part is scratch: its contents are overwritten. */
+void mf_ln_param_grad_reduce_cuda(float *dgamma, float *dbeta, float *part, int parts, int C,
+                                  cudaStream_t stream);
 
 /* ---------------------------------------------------------------- forward variants */
 /* The forwards of LayerNorm + Linear, the gated projection and the transition's first

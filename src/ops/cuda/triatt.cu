@@ -45,48 +45,54 @@ static __device__ __forceinline__ void ta_ij(int64_t m, int N, int starting, int
   *j = starting ? b : a;
 }
 
-/* Between P (rows, ldp), the projections of chunk rows m0..m0+rows−1 in the column order of
- * w_qkvbg [q | k | v | bias | g] (4HD + H columns used), and the attention layout:
- *   q, k, v, g (N, H, N, D) at (i, h, j, d), bias (H, N, N) at (h, i, j).
+/* The projection columns: P (rows, ldp) holds [q | k | v | bias | 0 | g], HD, HD, HD, H,
+ * BP − H zero columns, HD: the bias block is padded to BP = H rounded up to 8 so that every
+ * segment starts at a multiple of 8 and ldp = 4HD + BP is one too (16-byte vectors
+ * everywhere, and cuBLAS's aligned Hopper kernels; see ta_wpad). */
+static __host__ __device__ int ta_bp(int H) { return (H + 7) / 8 * 8; }
+static __host__ __device__ int ta_ldp(int H, int D) { return 4 * H * D + ta_bp(H); }
+
+
+/* Between P (rows, ldp), the projections of chunk rows m0..m0+rows−1, and the attention
+ * layout: q, k, v, g (N, H, N, D) at (i, h, j, d), bias (H, N, N) at (h, i, j).
  * GATHER = false scatters P into q, k, v, bias, g (forward and the backward's recomputation);
- * GATHER = true gathers the gradients dq, dk, dv, dbias, dg into P. VEC columns per thread:
- * 8 when H % 8 == 0, 4 when H % 4 == 0, else 1 (D % 8 == 0 and ldp % 8 == 0 keep every
- * vector inside one segment and aligned). */
-template <int VEC, bool GATHER>
+ * GATHER = true gathers the gradients dq, dk, dv, dbias, dg into P and zeroes its padding
+ * columns (they meet the padded weight's zero rows in the dx̂ GEMM). Each thread owns one
+ * 8-column vector (its segment, head and channel fixed) and walks rows. */
+template <bool GATHER>
 static __global__ void ta_qkvbg_kernel(bf16 *__restrict__ P, int ldp, bf16 *__restrict__ q,
                                        bf16 *__restrict__ k, bf16 *__restrict__ v,
                                        bf16 *__restrict__ bias, bf16 *__restrict__ g, int N,
                                        int H, int D, int64_t m0, int64_t rows, int starting) {
-  const int HD = H * D, K5 = 4 * HD + H, nv = K5 / VEC;
-  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < rows * nv;
-       t += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t r = t / nv;
-    const int c = (int)(t - r * nv) * VEC;
+  const int HD = H * D, BP = ta_bp(H);
+  const int c = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
+  if (c >= ldp) return;
+  const bool is_bias = c >= 3 * HD && c < 3 * HD + BP;
+  int seg = 3, rem = c - 3 * HD - BP;
+  if (c < 3 * HD) {
+    seg = c / HD;
+    rem = c - seg * HD;
+  }
+  bf16 *base = seg == 0 ? q : seg == 1 ? k : seg == 2 ? v : g;
+  const int h = rem / D, d = rem - h * D;
+  for (int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; r < rows;
+       r += (int64_t)gridDim.y * blockDim.y) {
     int64_t i, j;
     ta_ij(m0 + r, N, starting, &i, &j);
     bf16 *prow = P + r * ldp + c;
-    if (c >= 3 * HD && c < 3 * HD + H) { /* bias: VEC heads, one element each */
+    if (is_bias) { /* up to 8 heads, one element each; the rest is padding */
 #pragma unroll
-      for (int u = 0; u < VEC; u++) {
-        bf16 *bp = bias + ((int64_t)(c - 3 * HD + u) * N + i) * N + j;
-        if (GATHER) prow[u] = *bp;
-        else *bp = prow[u];
+      for (int u = 0; u < 8; u++) {
+        const int hb = c - 3 * HD + u;
+        bf16 *bp = bias + ((int64_t)hb * N + i) * N + j;
+        if (GATHER) prow[u] = hb < H ? *bp : mf_f32_to_bf16(0.0f);
+        else if (hb < H) *bp = prow[u];
       }
       continue;
     }
-    int seg, rem;
-    if (c < 3 * HD) {
-      seg = c / HD;
-      rem = c - seg * HD;
-    } else {
-      seg = 3;
-      rem = c - 3 * HD - H;
-    }
-    bf16 *base = seg == 0 ? q : seg == 1 ? k : seg == 2 ? v : g;
-    const int h = rem / D, d = rem - h * D;
     bf16 *ap = base + ((i * H + h) * N + j) * D + d;
-    if (GATHER) ta_cpv<VEC>(prow, ap);
-    else ta_cpv<VEC>(ap, prow);
+    if (GATHER) ta_cpv<8>(prow, ap);
+    else ta_cpv<8>(ap, prow);
   }
 }
 
@@ -165,20 +171,17 @@ static __global__ void ta_mask_t_kernel(uint8_t *__restrict__ pmt, const uint8_t
 static void launch_qkvbg(bf16 *P, int ldp, bf16 *q, bf16 *k, bf16 *v, bf16 *bias, bf16 *g, int N,
                          int H, int D, int64_t m0, int64_t rows, int starting, bool gather,
                          cudaStream_t s) {
-  const int64_t K5 = 4 * (int64_t)H * D + H;
-#define TA_QKVBG(VEC)                                                                        \
-  do {                                                                                       \
-    if (gather)                                                                              \
-      ta_qkvbg_kernel<VEC, true><<<mf_ew_blocks(rows * K5 / VEC), 256, 0, s>>>(             \
-          P, ldp, q, k, v, bias, g, N, H, D, m0, rows, starting);                            \
-    else                                                                                     \
-      ta_qkvbg_kernel<VEC, false><<<mf_ew_blocks(rows * K5 / VEC), 256, 0, s>>>(            \
-          P, ldp, q, k, v, bias, g, N, H, D, m0, rows, starting);                            \
-  } while (0)
-  if (H % 8 == 0) TA_QKVBG(8);
-  else if (H % 4 == 0) TA_QKVBG(4);
-  else TA_QKVBG(1);
-#undef TA_QKVBG
+  /* a block row covers the row's 8-column vectors (ldp/8 of them, 65 at AF3 dims) */
+  const int nvec = ldp / 8, bx = nvec < 256 ? nvec : 256, by = 256 / bx > 1 ? 256 / bx : 1;
+  const int64_t ry = (rows + by - 1) / by;
+  dim3 grid(mf_cdiv(nvec, bx), (unsigned)(ry < 8192 ? ry : 8192));
+  dim3 block(bx, by);
+  if (gather)
+    ta_qkvbg_kernel<true><<<grid, block, 0, s>>>(P, ldp, q, k, v, bias, g, N, H, D, m0, rows,
+                                                 starting);
+  else
+    ta_qkvbg_kernel<false><<<grid, block, 0, s>>>(P, ldp, q, k, v, bias, g, N, H, D, m0, rows,
+                                                  starting);
   MF_CHECK_LAUNCH();
 }
 
@@ -249,6 +252,8 @@ typedef struct {
 typedef struct {
   uint8_t *pmt;            /* (N, N) pmᵀ (ending node with a pair mask) */
   float *mask;             /* (N, C) dropout mask */
+  bf16 *wpad;              /* (ldp, C) w_qkvbg in P's column order, zero padding rows */
+  float *dwpad;            /* (ldp, C) its gradient over the chunks (backward) */
   bf16 *q, *k, *v, *g;     /* (N, H, N, D) */
   bf16 *bias;              /* (H, N, N) */
   bf16 *dO;                /* (N, H, N, D) dL/d(gated output) (backward) */
@@ -260,8 +265,6 @@ typedef struct {
   ta_stage sx;             /* staging of the forward and the backward's phase 1 */
   ta_stage sy;             /* staging of the backward's phase 3 */
 } ta_ws;
-
-static int ta_ldp(int H, int D) { return (4 * H * D + H + 7) / 8 * 8; }
 
 static int64_t ta_chunk(int N, int C, int H, int D) {
   const int64_t M = (int64_t)N * N;
@@ -291,6 +294,8 @@ static size_t ws_carve(ta_ws *w, void *base, int N, int C, int H, int D) {
   mf_carver cv = {(char *)base, 0};
   w->pmt = (uint8_t *)mf_carve(&cv, (size_t)M);
   w->mask = (float *)mf_carve(&cv, (size_t)N * C * sizeof(float));
+  w->wpad = (bf16 *)mf_carve(&cv, (size_t)ta_ldp(H, D) * C * sizeof(bf16));
+  w->dwpad = (float *)mf_carve(&cv, (size_t)ta_ldp(H, D) * C * sizeof(float));
   const size_t y0 = cv.used;
   w->q = (bf16 *)mf_carve(&cv, att);
   w->k = (bf16 *)mf_carve(&cv, att);
@@ -360,16 +365,51 @@ static const uint8_t *ta_key_mask(const ta_ws *b, const uint8_t *pm, int N, int 
   return b->pmt;
 }
 
+/* The projection weight in P's column order: rows [W_q; W_k; W_v; W_b; 0; W_g] with the
+ * bias block padded to BP rows (ta_ldp). With the unpadded K5 = 4HD + H (516 at H = 4,
+ * D = 32) as a GEMM's output width or inner dimension, cuBLAS fell back to 2-element-aligned
+ * Ampere kernels (an H200 profile, 2026-11-30: 4.7 ms of a 48 ms block at N = 768). When H
+ * is a multiple of 8 the layouts coincide and w_qkvbg is used as it is. */
+static const bf16 *ta_wpad(const ta_ws *b, const mf_triatt_cuda_weights *w, int C, int H, int D,
+                           cudaStream_t stream) {
+  const int HD = H * D, BP = ta_bp(H);
+  if (BP == H) return w->w_qkvbg;
+  const size_t row = (size_t)C * sizeof(bf16);
+  MF_CHECK_CUDA(cudaMemcpyAsync(b->wpad, w->w_qkvbg, (size_t)(3 * HD + H) * row,
+                                cudaMemcpyDeviceToDevice, stream));
+  MF_CHECK_CUDA(cudaMemsetAsync(b->wpad + (size_t)(3 * HD + H) * C, 0, (size_t)(BP - H) * row,
+                                stream));
+  MF_CHECK_CUDA(cudaMemcpyAsync(b->wpad + (size_t)(3 * HD + BP) * C,
+                                w->w_qkvbg + (size_t)(3 * HD + H) * C, (size_t)HD * row,
+                                cudaMemcpyDeviceToDevice, stream));
+  return b->wpad;
+}
+
+/* dw (4HD + H, C) += dwpad (ldp, C) without its padding rows (fixed order: deterministic). */
+static __global__ void ta_dw_unpad_kernel(float *__restrict__ dw, const float *__restrict__ dwp,
+                                          int C, int H, int D) {
+  const int HD = H * D, BP = ta_bp(H);
+  const int64_t n = (int64_t)(4 * HD + H) * C;
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n;
+       t += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = t / C;
+    const int64_t rp = r < 3 * HD + H ? r : r + (BP - H);
+    dw[t] += dwp[rp * C + (t - r * C)];
+  }
+}
+
 /* x̂ = LN(z) for chunk rows r0.. (statistics computed or read), P = x̂·w_qkvbgᵀ, scattered
  * into q, k, v, bias, g. */
 static void ta_project(ta_ws *b, const ta_stage *st, const ta_saved *s, const bf16 *z,
                        const mf_triatt_cuda_weights *w, int N, int C, int H, int D, int starting,
                        int64_t r0, int64_t rows, int use_saved, const mf_cuda_blas *blas,
                        cudaStream_t stream) {
-  const int K5 = 4 * H * D + H, ldp = ta_ldp(H, D);
+  const int ldp = ta_ldp(H, D);
   mf_ln_rows_cuda(st->xh, s->mu + r0, s->rs + r0, z + r0 * C, w->ln_g, w->ln_b, rows, C,
                   MF_LN_FULL, use_saved, stream);
-  mf_gemm_rm_cuda(blas, stream, 0, 1, rows, K5, C, 1.0f, st->xh, C, w->w_qkvbg, C, 0.0f, st->P,
+  /* all ldp columns (the padding ones come out 0); b->wpad was filled by the caller */
+  const bf16 *wq = ta_bp(H) == H ? w->w_qkvbg : b->wpad;
+  mf_gemm_rm_cuda(blas, stream, 0, 1, rows, ldp, C, 1.0f, st->xh, C, wq, C, 0.0f, st->P,
                   MF_GEMM_OUT_BF16, ldp);
   launch_qkvbg(st->P, ldp, b->q, b->k, b->v, b->bias, b->g, N, H, D, r0, rows, starting, false,
                stream);
@@ -394,6 +434,7 @@ extern "C" void mf_triatt_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
   const int64_t R = b.R;
   const ta_stage *st = &b.sx;
   if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
+  ta_wpad(&b, w, C, H, D, stream);
   const uint8_t *kmask = ta_key_mask(&b, pm, N, starting, stream);
 
   /* x̂ = LN(z); [q | k | v | b | g] = x̂·w_qkvbgᵀ → attention layout */
@@ -431,7 +472,7 @@ extern "C" void mf_triatt_backward_cuda(bf16 *dz, const mf_triatt_cuda_grads *g,
   ta_check(w, N, C, H, D, starting, rd);
   MF_ASSERT(dz && dout && saved && z && ws, "triatt_backward_cuda: NULL argument");
   const int64_t M = (int64_t)N * N;
-  const int HD = H * D, K5 = 4 * HD + H, ldp = ta_ldp(H, D);
+  const int HD = H * D, ldp = ta_ldp(H, D);
   ta_saved s;
   saved_carve(&s, (void *)saved, N, H, D); /* read only below */
   ta_ws b;
@@ -440,6 +481,9 @@ extern "C" void mf_triatt_backward_cuda(bf16 *dz, const mf_triatt_cuda_grads *g,
   const int64_t R = b.R;
   const ta_stage *st = &b.sx; /* inside dq.. (not yet written) */
   if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
+  const bf16 *wq = ta_wpad(&b, w, C, H, D, stream);
+  if (G(w_qkvbg))
+    MF_CHECK_CUDA(cudaMemsetAsync(b.dwpad, 0, (size_t)ldp * C * sizeof(float), stream));
   const uint8_t *kmask = ta_key_mask(&b, pm, N, starting, stream);
 
   /* phase 1, per chunk: q, k, v, bias, g recomputed; out = o·W_oᵀ with dΔz = dout (⊙ mask)
@@ -478,13 +522,19 @@ extern "C" void mf_triatt_backward_cuda(bf16 *dz, const mf_triatt_cuda_grads *g,
     launch_qkvbg(st->P, ldp, b.dq, b.dk, b.dv, b.dbias, b.dg, N, H, D, r0, rows, starting, true,
                  stream);
     if (G(w_qkvbg))
-      mf_gemm_rm_cuda(blas, stream, 1, 0, K5, C, rows, 1.0f, st->P, ldp, st->xh, C, 1.0f,
-                      G(w_qkvbg), MF_GEMM_OUT_F32, C);
-    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, K5, 1.0f, st->P, ldp, w->w_qkvbg, C, 0.0f, st->u,
+      mf_gemm_rm_cuda(blas, stream, 1, 0, ldp, C, rows, 1.0f, st->P, ldp, st->xh, C, 1.0f,
+                      b.dwpad, MF_GEMM_OUT_F32, C);
+    /* over all ldp rows: dP's padding columns are 0 (the gather writes them) */
+    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, ldp, 1.0f, st->P, ldp, wq, C, 0.0f, st->u,
                     MF_GEMM_OUT_F32, C);
     mf_ln_rows_backward_cuda(dz + r0 * C, st->part, st->u, z + r0 * C, s.mu + r0, s.rs + r0, w->ln_g,
                              rows, C, MF_LN_FULL, rd ? 1 : 0, stream);
     mf_ln_param_grad_reduce_cuda(G(ln_g), G(ln_b), st->part, mf_ln_rows_backward_parts(rows), C,
                                  stream);
+  }
+  if (G(w_qkvbg)) {
+    ta_dw_unpad_kernel<<<mf_ew_blocks((int64_t)(4 * HD + H) * C), 256, 0, stream>>>(
+        G(w_qkvbg), b.dwpad, C, H, D);
+    MF_CHECK_LAUNCH();
   }
 }
