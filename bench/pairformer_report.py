@@ -169,8 +169,11 @@ if max_n:
         ek, run = m["every_k"], m.get("run")
         runs = ""
         if run and run.get("policy") == "every-k":
-            runs = (f"; **ran** at N = {run['N']}: fwd+bwd {run['ms'] / 1000:.1f} s, peak "
-                    f"{run['peak_gib']:.1f} of {run['gpu_total_gib']:.1f} GiB" if run.get("fit")
+            nb = run.get("blocks_run", 48)
+            runs = (f"; the whole {run.get('blocks_allocated', 48)}-block stack **allocated** at "
+                    f"N = {run['N']} (peak {run['peak_gib']:.1f} of {run['gpu_total_gib']:.1f} GiB) "
+                    f"and fwd+bwd of its first {nb} blocks **ran** in it ({run['ms'] / 1000:.1f} s)"
+                    if run.get("fit")
                     else f"; run at N = {run['N']} did **not** fit")
         print(f"| megafold | every-{ek['k']} (segments of {ek['k']}) | {ek['N']} | planner{runs} |")
         bk = m.get("best_k")
@@ -185,12 +188,15 @@ if max_n:
         chk = ""
         for c in e.get("stack_measured", []):
             chk += f"; stack measured at N = {c['N']}: {c['measured_gib']:.1f} GiB (model {c['model_gib']:.1f})"
-        print(f"| {NAME[v]} | per block (torch.utils.checkpoint) | ≈{e['N']} (≤ {e['optimistic_N']} "
-              f"optimistic) | estimated: 4 one-block peaks + 44 block inputs{ext}{oom}{chk} |")
+        print(f"| {NAME[v]} | per block (torch.utils.checkpoint) | ≈{e['N']}–{e['optimistic_N']} "
+              f"| estimated: 4 one-block peaks + 44 block inputs (low end) or 1 + 47 (high end)"
+              f"{ext}{oom}{chk} |")
     if any(v in max_n for v in PEERS):
         e = next(max_n[v] for v in PEERS if v in max_n)
         print(f"\nPeer estimate model: {e['model']}; fitted on the measured one-block peaks; "
-              "\"optimistic\" uses 1 one-block peak + 47 block inputs.")
+              "the high end uses 1 one-block peak + 47 block inputs. Where a checkpointed stack "
+              "was measured, compare its peak with the model's: the 4-peak model overestimates "
+              "PyTorch's peak, so the high end is the likelier one.")
 
 # ---------------------------------------------------------------- goals
 print("\n**Goals (issue 5)**\n")
