@@ -8,8 +8,12 @@
  *   src/core/      errors and checks, allocation, tensor descriptor, Philox RNG, logging, timers
  *   src/ops/       one header per op family (src/ops/<family>.h) with the gradient contract;
  *                  src/ops/cpu/<family>.c is the reference, src/ops/cuda/<family>.cu the GPU path
- *   src/model/     AF3 modules composed from ops (Pairformer block, ...)
+ *   src/model/     AF3 modules composed from ops: the Pairformer block and checkpointed stack,
+ *                  the parameter table, parity bundles; src/model/cuda/ the same on one GPU
+ *                  (bf16 compute copy of fp32 master weights, one activation arena)
+ *   src/train/     checkpoints          src/data/   readers, featuriser, cache, loader
  *   src/cli/       the megafold command
+ *   tools/reference/  the PyTorch reference of the Pairformer (parity with CPU and GPU)
  *
  * Dimension letters, used in every shape comment:
  *   B   batch (structures)           N   tokens            Na  atoms
