@@ -160,9 +160,11 @@ static __global__ void add_grads_kernel(float *__restrict__ grads, const float *
 typedef struct {
   bf16 *z[5];                 /* (N, N, Cz) z1..z5: the pair after each update */
   bf16 *s1;                   /* (N, Cs) */
-  void *tm_out, *tm_in, *ta_start, *ta_end, *apb;
-  float *pt_mean, *pt_rstd;   /* (N²) */
-  float *st_mean, *st_rstd;   /* (N) */
+  void *tm_out, *tm_in;        /* mf_trimul_cuda_saved_bytes(N, c_mul) each */
+  void *ta_start, *ta_end;     /* mf_triatt_cuda_saved_bytes(N, c_z, h_tri, d_tri) each */
+  void *apb;                   /* mf_apb_cuda_saved_bytes(N, c_s, c_z, h_s, d_s) */
+  float *pt_mean, *pt_rstd;   /* (N²) pair transition LN statistics */
+  float *st_mean, *st_rstd;   /* (N) single transition LN statistics */
   size_t total;
 } saved_views;
 
@@ -258,7 +260,8 @@ void mf_pf_cuda_block_forward(bf16 *s_out, bf16 *z_out, void *saved, const bf16 
                               const mf_pf_cuda_weights *w, const mf_pairformer_config *c, int N,
                               mf_pairformer_rng rng, void *ws, size_t ws_bytes,
                               const mf_cuda_blas *blas, cudaStream_t st) {
-  MF_ASSERT(N > 0 && mf_pairformer_config_check(c) == MF_OK, "%s", mf_error_message());
+  MF_ASSERT(N > 0, "pf_cuda block forward: N = %d, must be >= 1", N);
+  MF_ASSERT(mf_pairformer_config_check(c) == MF_OK, "%s", mf_error_message());
   MF_ASSERT((mask == NULL) == (pm == NULL), "pf_cuda block: mask and pair mask go together");
   MF_ASSERT(ws_bytes >= mf_pf_cuda_block_workspace(c, N), "pf_cuda block: workspace %zu < %zu",
             ws_bytes, mf_pf_cuda_block_workspace(c, N));
@@ -314,7 +317,9 @@ void mf_pf_cuda_block_backward(bf16 *ds, bf16 *dz, const mf_pf_cuda_grads *g, co
                                const mf_pairformer_config *c, int N, mf_pairformer_rng rng,
                                void *ws, size_t ws_bytes, const mf_cuda_blas *blas,
                                cudaStream_t st) {
-  MF_ASSERT(N > 0 && mf_pairformer_config_check(c) == MF_OK, "%s", mf_error_message());
+  MF_ASSERT(N > 0, "pf_cuda block backward: N = %d, must be >= 1", N);
+  MF_ASSERT(mf_pairformer_config_check(c) == MF_OK, "%s", mf_error_message());
+  MF_ASSERT((mask == NULL) == (pm == NULL), "pf_cuda block: mask and pair mask go together");
   MF_ASSERT(ws_bytes >= mf_pf_cuda_block_workspace(c, N), "pf_cuda block: workspace %zu < %zu",
             ws_bytes, mf_pf_cuda_block_workspace(c, N));
   saved_views v = saved_layout((void *)saved, c, N);
@@ -411,15 +416,21 @@ mf_status mf_pf_cuda_stack_init(mf_pf_cuda_stack *st, const mf_params_table *t,
   mf_pf_cuda_layout_make(&st->layout, t);
   st->ws_bytes = mf_pf_cuda_block_workspace(&t->config, N_max);
   const int64_t BN = st->layout.block_numel;
-  if (cudaMalloc(&st->arena, (size_t)st->plan.total_bytes) != cudaSuccess ||
-      cudaMalloc((void **)&st->wc, (size_t)(t->L * BN) * sizeof(bf16)) != cudaSuccess ||
-      cudaMalloc((void **)&st->gblock, (size_t)BN * sizeof(float)) != cudaSuccess ||
-      cudaMalloc((void **)&st->d_map, (size_t)t->n * 3 * sizeof(int64_t)) != cudaSuccess) {
+  cudaError_t ce = cudaSuccess;
+  const char *what = "the activation arena";
+  if ((ce = cudaMalloc(&st->arena, (size_t)st->plan.total_bytes)) != cudaSuccess ||
+      (what = "the bf16 compute copy",
+       ce = cudaMalloc((void **)&st->wc, (size_t)(t->L * BN) * sizeof(bf16))) != cudaSuccess ||
+      (what = "the block-gradient scratch",
+       ce = cudaMalloc((void **)&st->gblock, (size_t)BN * sizeof(float))) != cudaSuccess ||
+      (what = "the layout map",
+       ce = cudaMalloc((void **)&st->d_map, (size_t)t->n * 3 * sizeof(int64_t))) != cudaSuccess) {
     cudaGetLastError(); /* clear the allocation error */
     mf_status e = mf_error_set(MF_ERR_NOMEM,
-                               "pf_cuda stack: cannot allocate %.3f GiB of activations plus "
-                               "%.3f GiB of weights on the GPU (N_max = %d, policy %s)",
-                               st->plan.total_bytes / 1073741824.0,
+                               "pf_cuda stack: cannot allocate %s (%s); needs %.3f GiB of "
+                               "activations plus %.3f GiB of weights on the GPU (N_max = %d, "
+                               "policy %s)",
+                               what, cudaGetErrorString(ce), st->plan.total_bytes / 1073741824.0,
                                (double)t->L * BN * 2 / 1073741824.0, N_max,
                                mf_stack_policy_name(policy.kind));
     mf_pf_cuda_stack_free(st);
@@ -431,8 +442,11 @@ mf_status mf_pf_cuda_stack_init(mf_pf_cuda_stack *st, const mf_params_table *t,
     map[3 * i + 1] = t->entries[i].block_numel;
     map[3 * i + 2] = st->layout.off[t->entries[i].field / sizeof(mf_real *)];
   }
-  MF_CHECK_CUDA(cudaMemcpy(st->d_map, map, (size_t)t->n * 3 * sizeof(int64_t),
-                           cudaMemcpyHostToDevice));
+  /* on the stack's stream (which may be a non-blocking one, not ordered after a legacy
+   * cudaMemcpy), then waited for: map is freed right after */
+  MF_CHECK_CUDA(cudaMemcpyAsync(st->d_map, map, (size_t)t->n * 3 * sizeof(int64_t),
+                                cudaMemcpyHostToDevice, stream));
+  MF_CHECK_CUDA(cudaStreamSynchronize(stream));
   mf_free(map);
   mf_cuda_blas_create(&st->blas, 0);
   MF_CHECK_CUBLAS(cublasSetStream(st->blas.handle, stream));
@@ -450,6 +464,8 @@ void mf_pf_cuda_stack_free(mf_pf_cuda_stack *st) {
 }
 
 void mf_pf_cuda_stack_set_params(mf_pf_cuda_stack *st, const float *master) {
+  MF_ASSERT(st->table && st->wc && st->d_map && master,
+            "pf_cuda stack set_params: stack not initialised or master weights NULL");
   const mf_params_table *t = st->table;
   to_compute_kernel<<<1024, 256, 0, st->stream>>>(st->wc, master, st->d_map, t->n,
                                                   st->layout.block_numel, t->total);
@@ -459,9 +475,13 @@ void mf_pf_cuda_stack_set_params(mf_pf_cuda_stack *st, const float *master) {
 /* Where everything lives for crop N inside the arena (as model/stack.c's views). */
 typedef struct {
   int L, seg, nws, N; /* L: the blocks that run (the layout is the plan's) */
-  size_t I, W, sbytes;
-  char *kept, *inner, *saved, *ws;
-  uint8_t *mask, *pm;
+  size_t I, W, sbytes; /* bytes: one block input (s then z), one block's saved, s's part of I */
+  char *kept;          /* (n_seg − 1) block inputs: of blocks seg, 2·seg, … */
+  char *inner;         /* (seg − 1) block inputs: inside the current segment */
+  char *saved;         /* nws block saved buffers (W bytes each) */
+  char *ws;            /* the ops' shared workspace (st->ws_bytes, planned at N_max) */
+  uint8_t *mask;       /* (N) the forward's token mask */
+  uint8_t *pm;         /* (N, N) pair mask mask_i·mask_j */
 } views;
 
 void mf_pf_cuda_stack_set_run_blocks(mf_pf_cuda_stack *st, int n) {

@@ -60,7 +60,9 @@ typedef struct {
 } mf_pf_cuda_transition;
 
 typedef struct {
-  float *ln_g, *ln_b, *w_ab, *w_o;
+  float *ln_g, *ln_b; /* (C) */
+  float *w_ab;        /* (2·n·C, C) */
+  float *w_o;         /* (C, n·C) */
 } mf_pf_cuda_transition_grads;
 
 typedef struct {
@@ -174,18 +176,22 @@ void mf_pf_cuda_stack_free(mf_pf_cuda_stack *st);
  * memory is that of the whole stack while the time is that of n blocks. */
 void mf_pf_cuda_stack_set_run_blocks(mf_pf_cuda_stack *st, int n);
 
-/* The bf16 compute copy from the fp32 master weights (device, table layout, t->total). */
+/* The bf16 compute copy from the fp32 master weights (device, table layout, t->total),
+ * read on the stack's stream: master must be ready there (written on that stream, or
+ * synchronised before the call). */
 void mf_pf_cuda_stack_set_params(mf_pf_cuda_stack *st, const float *master);
 
 /* s_out (N, Cs), z_out (N, N, Cz) = the stack on s (N, Cs), z (N, N, Cz) (device bf16);
- * mask (N) device or NULL. N <= N_max. */
+ * mask (N) device or NULL. N <= N_max. The outputs may not alias s, z (block 0's input,
+ * which the backward reads). */
 void mf_pf_cuda_stack_forward(mf_pf_cuda_stack *st, __nv_bfloat16 *s_out, __nv_bfloat16 *z_out,
                               const __nv_bfloat16 *s, const __nv_bfloat16 *z,
                               const uint8_t *mask, int N, mf_stack_rng rng);
 
 /* After the forward with the same inputs: ds (N, Cs), dz (N, N, Cz) hold dL/d(outputs) on
  * entry and dL/d(inputs) on return (in place); grads (device fp32, table layout, t->total)
- * ACCUMULATE. s, z, mask: the forward's. */
+ * ACCUMULATE (NULL skips the parameter gradients). s, z: the forward's, unchanged since;
+ * mask: NULL or not as in the forward (its values are the copy the forward took). */
 void mf_pf_cuda_stack_backward(mf_pf_cuda_stack *st, __nv_bfloat16 *ds, __nv_bfloat16 *dz,
                                float *grads, const __nv_bfloat16 *s, const __nv_bfloat16 *z,
                                const uint8_t *mask, int N, mf_stack_rng rng);

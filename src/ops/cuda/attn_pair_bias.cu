@@ -774,6 +774,8 @@ static void apb_check(const mf_apb_cuda_weights *w, int N, int Cs, int Cz, int H
   MF_ASSERT(w && w->ln_s_g && w->ln_s_b && w->w_q && w->b_q && w->w_k && w->w_v && w->w_g &&
                 w->ln_z_g && w->ln_z_b && w->w_z && w->w_o,
             "apb_cuda: every weight is required");
+  MF_ASSERT(((uintptr_t)w->b_q & 15) == 0,
+            "apb_cuda: b_q must be 16-byte aligned (it is read as 8-element vectors)");
 }
 
 /* ================================================================ forward */

@@ -47,15 +47,22 @@ typedef struct {
 } mf_apb_cuda_weights;
 
 typedef struct {
-  float *ln_s_g, *ln_s_b, *w_q, *b_q, *w_k, *w_v, *w_g, *ln_z_g, *ln_z_b, *w_z, *w_o;
+  float *ln_s_g, *ln_s_b; /* (Cs) */
+  float *w_q;             /* (H·D, Cs) */
+  float *b_q;             /* (H·D) */
+  float *w_k, *w_v, *w_g; /* (H·D, Cs) each */
+  float *ln_z_g, *ln_z_b; /* (Cz) */
+  float *w_z;             /* (H, Cz) */
+  float *w_o;             /* (Cs, H·D) */
 } mf_apb_cuda_grads;
 
 size_t mf_apb_cuda_saved_bytes(int N, int Cs, int Cz, int H, int D);
 size_t mf_apb_cuda_workspace(int N, int Cs, int Cz, int H, int D);
 
-/* out (N, Cs) = Δs (accumulate = 0) or += Δs (accumulate = 1; out may then equal s only if
- * the caller keeps s for the backward — it may not); saved filled for the backward;
- * s (N, Cs); z (N, N, Cz); mask (N) or NULL. */
+/* out (N, Cs) = Δs (accumulate = 0) or += Δs (accumulate = 1); out may not be s (the
+ * backward reads the pre-update s); saved filled for the backward; s (N, Cs);
+ * z (N, N, Cz); mask (N) or NULL. w->b_q must be 16-byte aligned (read as 8-element
+ * vectors). */
 void mf_apb_forward_cuda(__nv_bfloat16 *out, void *saved, const __nv_bfloat16 *s,
                          const __nv_bfloat16 *z, const uint8_t *mask,
                          const mf_apb_cuda_weights *w, int N, int Cs, int Cz, int H, int D,

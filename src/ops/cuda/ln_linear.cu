@@ -345,7 +345,8 @@ extern "C" void mf_ln_rows_backward_cuda(bf16 *dx, float *part, const float *dy,
 
 extern "C" void mf_ln_param_grad_reduce_cuda(float *dgamma, float *dbeta, float *part,
                                              int parts, int C, cudaStream_t stream) {
-  if (!dgamma && !dbeta) return;
+  /* parts = 0: nothing to add (and chunk below would be 0: a division by zero) */
+  if ((!dgamma && !dbeta) || parts <= 0) return;
   const int G = ln_red_chunks(parts), chunk = (parts + G - 1) / G;
   dim3 grid(mf_cdiv(2 * C, LN_RED_COLS), (unsigned)((parts + chunk - 1) / chunk));
   ln_param_reduce_stage1_kernel<<<grid, dim3(LN_RED_COLS, LN_RED_ROWS), 0, stream>>>(part, parts,

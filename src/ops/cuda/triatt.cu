@@ -243,8 +243,8 @@ typedef struct {
   float *part; /* (parts, 2C) LN parameter-gradient partials */
 } ta_stage;
 
-/* The workspace, carved as [pmt, mask | Y: q, k, v, g, bias, dO | X: dq, dk, dv, dg, dbias,
- * attention workspace | staging, only when it cannot alias]. The staging lives inside X
+/* The workspace, carved as [pmt, mask, wpad, dwpad | Y: q, k, v, g, bias, dO | X: dq, dk, dv,
+ * dg, dbias, attention workspace | staging, only when it cannot alias]. The staging lives inside X
  * during the forward and the backward's first phase (X is not yet written then) and inside
  * Y during the backward's last phase (q, k, v, g, bias and dO are dead after the attention
  * backward), with chunks of R rows small enough to fit both; when that would need chunks

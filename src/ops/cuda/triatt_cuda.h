@@ -14,7 +14,7 @@
  *
  * Saved for the backward (mf_triatt_cuda_saved_bytes): LN statistics (fp32), the softmax
  * log-sum-exp (fp32) and the gated attention output (bf16). q, k, v, g and the bias are
- * recomputed from z by the backward (one GEMM), so saved stays O(N²·(HD/2 + H)) bytes.
+ * recomputed from z by the backward (one GEMM): saved is N²·(2·H·D + 4·H + 8) bytes.
  * Transient tensors live in the caller's workspace (mf_triatt_cuda_workspace bytes), which
  * the forward and the backward may reuse freely between calls: whole q, k, v, g, the bias
  * and (backward) dO, dq, dk, dv, dg, dbias and the attention backward's own workspace —
