@@ -20,20 +20,19 @@
 #include "ops/cuda/device.h"
 #include "ops/cuda/gpu.h"
 
-/* bf16-representable random doubles (the GPU sees exactly these values). */
-static void rand_bf16(double *x, int64_t n, uint64_t seed, double scale) {
+#include "gpu_test_util.h"
+
+/* bf16-representable random doubles (the GPU sees exactly these values). Not the shared
+ * rand_bf16(…, offset 0.0): adding 0.0 would turn a −0 sample into +0. */
+static void rand_bf16_plain(double *x, int64_t n, uint64_t seed, double scale) {
   mf_test_randn(x, n, seed, scale);
-  for (int64_t i = 0; i < n; i++) x[i] = mf_f32_from_bf16(mf_bf16_from_f32((float)x[i]));
+  for (int64_t i = 0; i < n; i++) x[i] = bf16r(x[i]);
 }
 
 static mf_bf16_t *to_dev(const double *x, int64_t n) {
-  mf_bf16 *h = (mf_bf16 *)malloc((size_t)(n ? n : 1) * sizeof(mf_bf16));
-  MF_CHECK_PTR(h);
-  for (int64_t i = 0; i < n; i++) h[i] = mf_bf16_from_f32((float)x[i]);
   mf_bf16_t *d = NULL;
   MF_CHECK_CUDA(cudaMalloc(&d, (size_t)(n ? n : 1) * sizeof(mf_bf16)));
-  MF_CHECK_CUDA(cudaMemcpy(d, h, (size_t)n * sizeof(mf_bf16), cudaMemcpyHostToDevice));
-  free(h);
+  up_bf16(d, x, n);
   return d;
 }
 
@@ -42,14 +41,6 @@ static void *dev_poisoned(size_t bytes) {
   MF_CHECK_CUDA(cudaMalloc(&d, bytes ? bytes : 16));
   MF_CHECK_CUDA(cudaMemset(d, 0xff, bytes ? bytes : 16)); /* bf16 and fp32 NaN */
   return d;
-}
-
-static void from_dev_bf16(double *x, const mf_bf16_t *d, int64_t n) {
-  mf_bf16 *h = (mf_bf16 *)malloc((size_t)(n ? n : 1) * sizeof(mf_bf16));
-  MF_CHECK_PTR(h);
-  MF_CHECK_CUDA(cudaMemcpy(h, d, (size_t)n * sizeof(mf_bf16), cudaMemcpyDeviceToHost));
-  for (int64_t i = 0; i < n; i++) x[i] = mf_f32_from_bf16(h[i]);
-  free(h);
 }
 
 /* Copies rows `rs` (nr of them) of x (B, R, inner) into y (B, nr, inner). */
@@ -134,12 +125,12 @@ static void run_case(const att_case *c, int variant, uint64_t seed) {
   const int64_t nl = (int64_t)B * R * H * N, nm = (int64_t)B * R * N;
   double *q = mf_test_alloc(nq), *k = mf_test_alloc(nq), *v = mf_test_alloc(nq);
   double *bias = mf_test_alloc(nb), *gate = mf_test_alloc(nq), *dout = mf_test_alloc(nq);
-  rand_bf16(q, nq, seed + 1, 1.0);
-  rand_bf16(k, nq, seed + 2, 1.0);
-  rand_bf16(v, nq, seed + 3, 1.0);
-  rand_bf16(bias, nb, seed + 4, 1.0);
-  rand_bf16(gate, nq, seed + 5, 1.0);
-  rand_bf16(dout, nq, seed + 6, 1.0);
+  rand_bf16_plain(q, nq, seed + 1, 1.0);
+  rand_bf16_plain(k, nq, seed + 2, 1.0);
+  rand_bf16_plain(v, nq, seed + 3, 1.0);
+  rand_bf16_plain(bias, nb, seed + 4, 1.0);
+  rand_bf16_plain(gate, nq, seed + 5, 1.0);
+  rand_bf16_plain(dout, nq, seed + 6, 1.0);
   uint8_t *mask = (uint8_t *)malloc((size_t)(nm ? nm : 1));
   double *u = mf_test_alloc(nm);
   mf_test_randu(u, nm, seed + 7, 0.0, 1.0);
@@ -198,7 +189,7 @@ static void run_case(const att_case *c, int variant, uint64_t seed) {
   char what[220];
 #define CHECK_Q(dev, ref, name, degen)                                       \
   do {                                                                       \
-    from_dev_bf16(full, dev, nq);                                            \
+    from_bf16(full, dev, nq);                                                \
     take_rows(got, full, B, R, iq, rs, nr);                                  \
     snprintf(what, sizeof what, "%s %s", tag, name);                         \
     check_close(what, got, ref, sq, 1e-2, degen);                            \
@@ -210,7 +201,7 @@ static void run_case(const att_case *c, int variant, uint64_t seed) {
   if (c->gate) CHECK_Q(g1.dgate, rdg, "dgate", 0);
   if (c->bias) {
     double *gdb = mf_test_alloc(nb);
-    from_dev_bf16(gdb, g1.dbias, nb);
+    from_bf16(gdb, g1.dbias, nb);
     if (nr == R) {
       snprintf(what, sizeof what, "%s dbias", tag);
       check_close(what, gdb, rdb, nb, N == 1 ? 2e-2 : 1e-2, N == 1); /* dbias: a sum of R noises */
@@ -258,11 +249,7 @@ static void run_case(const att_case *c, int variant, uint64_t seed) {
 }
 
 int main(void) {
-  mf_test_begin("test_attention_gpu");
-  if (mf_cuda_init(0) != MF_OK) {
-    MF_TEST(0, "no GPU: %s", mf_error_message());
-    return mf_test_end();
-  }
+  if (!gpu_test_begin("test_attention_gpu")) return mf_test_end();
   if (getenv("MF_ATT_TEST_SMALL")) { /* a small run, for compute-sanitizer */
     att_case a = {1, 3, 2, 65, 32, 1, 1, 1, 0}, b = {1, 1, 2, 70, 24, 1, 1, 0, 0};
     run_case(&a, 0, 11);

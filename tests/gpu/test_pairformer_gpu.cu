@@ -22,53 +22,27 @@
 #include "ops/cuda/device.h"
 #include "ops/cuda/gpu.h"
 
+#include "gpu_test_util.h"
+
 #define TOL 3e-2
 
 /* ---------------------------------------------------------------- device helpers */
-static double bf16r(double x) { return mf_f32_from_bf16(mf_bf16_from_f32((float)x)); }
-
+/* Untracked device buffers (the caller cudaFrees them); the copies through gpu_test_util.h. */
 static void *dalloc(size_t bytes) {
   void *d = NULL;
   MF_CHECK_CUDA(cudaMalloc(&d, bytes ? bytes : 16));
   return d;
 }
-static mf_bf16_t *up_bf16(const double *x, int64_t n) {
-  mf_bf16 *h = (mf_bf16 *)malloc((size_t)(n ? n : 1) * sizeof(mf_bf16));
-  MF_CHECK_PTR(h);
-  for (int64_t i = 0; i < n; i++) h[i] = mf_bf16_from_f32((float)x[i]);
+/* A new device copy of x (n) in bf16 / fp32. */
+static mf_bf16_t *new_bf16(const double *x, int64_t n) {
   mf_bf16_t *d = (mf_bf16_t *)dalloc((size_t)n * 2);
-  MF_CHECK_CUDA(cudaMemcpy(d, h, (size_t)n * 2, cudaMemcpyHostToDevice));
-  free(h);
+  up_bf16(d, x, n);
   return d;
 }
-static float *up_f32(const double *x, int64_t n) {
-  float *h = (float *)malloc((size_t)(n ? n : 1) * sizeof(float));
-  MF_CHECK_PTR(h);
-  for (int64_t i = 0; i < n; i++) h[i] = (float)x[i];
+static float *new_f32(const double *x, int64_t n) {
   float *d = (float *)dalloc((size_t)n * 4);
-  MF_CHECK_CUDA(cudaMemcpy(d, h, (size_t)n * 4, cudaMemcpyHostToDevice));
-  free(h);
+  up_f32(d, x, n);
   return d;
-}
-static void down_bf16(double *x, const mf_bf16_t *d, int64_t n) {
-  mf_bf16 *h = (mf_bf16 *)malloc((size_t)(n ? n : 1) * sizeof(mf_bf16));
-  MF_CHECK_PTR(h);
-  MF_CHECK_CUDA(cudaMemcpy(h, d, (size_t)n * 2, cudaMemcpyDeviceToHost));
-  for (int64_t i = 0; i < n; i++) x[i] = mf_f32_from_bf16(h[i]);
-  free(h);
-}
-static void down_f32(double *x, const float *d, int64_t n) {
-  float *h = (float *)malloc((size_t)(n ? n : 1) * sizeof(float));
-  MF_CHECK_PTR(h);
-  MF_CHECK_CUDA(cudaMemcpy(h, d, (size_t)n * 4, cudaMemcpyDeviceToHost));
-  for (int64_t i = 0; i < n; i++) x[i] = h[i];
-  free(h);
-}
-static void *fetch(const void *d, size_t bytes) {
-  void *h = malloc(bytes ? bytes : 1);
-  MF_CHECK_PTR(h);
-  MF_CHECK_CUDA(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-  return h;
 }
 
 static mf_pairformer_config small_config(void) {
@@ -166,9 +140,9 @@ static void gpu_run_blocks(const problem *P, mf_stack_policy pol, gpu_results *g
   MF_ASSERT(mf_pf_cuda_stack_init(&st, &P->t, pol, P->N, 0, 0) == MF_OK, "%s",
             mf_error_message());
   mf_pf_cuda_stack_set_run_blocks(&st, run_blocks);
-  float *master = up_f32(P->params, P->t.total);
+  float *master = new_f32(P->params, P->t.total);
   mf_pf_cuda_stack_set_params(&st, master);
-  mf_bf16_t *s = up_bf16(P->s, P->sn), *z = up_bf16(P->z, P->zn);
+  mf_bf16_t *s = new_bf16(P->s, P->sn), *z = new_bf16(P->z, P->zn);
   uint8_t *mask = NULL;
   if (P->mask) {
     mask = (uint8_t *)dalloc((size_t)P->N);
@@ -185,10 +159,10 @@ static void gpu_run_blocks(const problem *P, mf_stack_policy pol, gpu_results *g
     mf_pf_cuda_stack_forward(&st, (__nv_bfloat16 *)g->so, (__nv_bfloat16 *)g->zo,
                              (const __nv_bfloat16 *)s, (const __nv_bfloat16 *)z, mask, P->N, rng);
     if (rep == 0) {
-      g->ds = up_bf16(P->dso, P->sn);
-      g->dz = up_bf16(P->dzo, P->zn);
+      g->ds = new_bf16(P->dso, P->sn);
+      g->dz = new_bf16(P->dzo, P->zn);
     } else {
-      mf_bf16_t *a = up_bf16(P->dso, P->sn), *b = up_bf16(P->dzo, P->zn);
+      mf_bf16_t *a = new_bf16(P->dso, P->sn), *b = new_bf16(P->dzo, P->zn);
       MF_CHECK_CUDA(cudaMemcpy(g->ds, a, (size_t)P->sn * 2, cudaMemcpyDeviceToDevice));
       MF_CHECK_CUDA(cudaMemcpy(g->dz, b, (size_t)P->zn * 2, cudaMemcpyDeviceToDevice));
       cudaFree(a);
@@ -225,7 +199,7 @@ static int gpu_same(const problem *P, const gpu_results *a, const gpu_results *b
                   (size_t)P->t.total * 4};
   int same = 1;
   for (int k = 0; k < 5; k++) {
-    void *x = fetch(pa[k], by[k]), *y = fetch(pb[k], by[k]);
+    void *x = fetch_raw(pa[k], by[k]), *y = fetch_raw(pb[k], by[k]);
     same &= memcmp(x, y, by[k]) == 0;
     free(x);
     free(y);
@@ -248,7 +222,7 @@ static void check_vs_cpu(const char *name, mf_pairformer_config c, int L, int N,
   char what[160];
 #define CMP(label, dev, kind, ref, n)                                                    \
   do {                                                                                   \
-    if (kind) down_f32(x, (const float *)(dev), n); else down_bf16(x, (const mf_bf16_t *)(dev), n); \
+    if (kind) from_f32(x, (const float *)(dev), n); else from_bf16(x, (const mf_bf16_t *)(dev), n); \
     snprintf(what, sizeof what, "%s %s", name, label);                                   \
     double e = mf_test_relerr(x, ref, n);                                                \
     printf("  %-44s rel err %.2e\n", what, e);                                           \
@@ -259,7 +233,7 @@ static void check_vs_cpu(const char *name, mf_pairformer_config c, int L, int N,
   CMP("grad.in.s", g.ds, 0, r.ds, P.sn);
   CMP("grad.in.z", g.dz, 0, r.dz, P.zn);
   double *gall = mf_test_alloc(P.t.total);
-  down_f32(gall, g.grads, P.t.total);
+  from_f32(gall, g.grads, P.t.total);
   /* A gradient that is zero in exact arithmetic (single_att.ln_z_b: a per-head constant
    * added to every logit of a row, which the softmax ignores) has only rounding noise for a
    * reference; such a tensor (norm below 1e-6 of the largest) is measured against the
@@ -321,7 +295,7 @@ static void write_bundle(const char *dir, const char *name, mf_pairformer_config
   const char *names[4] = {"out.s", "out.z", "grad.in.s", "grad.in.z"};
   for (int k = 0; k < 4 && st == MF_OK; k++) {
     int64_t n = k % 2 ? P.zn : P.sn;
-    down_bf16(x, (const mf_bf16_t *)dev[k], n);
+    from_bf16(x, (const mf_bf16_t *)dev[k], n);
     for (int64_t i = 0; i < n; i++) f[i] = (float)x[i];
     st = mf_parity_add_f32_raw(b, names[k], k % 2 ? 3 : 2, k % 2 ? sh_z : sh_s, f);
   }
@@ -352,8 +326,8 @@ static void check_policies(void) {
   /* parameter gradients accumulate: two forward/backward rounds give twice the gradient */
   gpu_run(&P, (mf_stack_policy){MF_STACK_RECOMPUTE, 0}, &twice, 2);
   double *g1 = mf_test_alloc(P.t.total), *g2 = mf_test_alloc(P.t.total);
-  down_f32(g1, a.grads, P.t.total);
-  down_f32(g2, twice.grads, P.t.total);
+  from_f32(g1, a.grads, P.t.total);
+  from_f32(g2, twice.grads, P.t.total);
   for (int64_t i = 0; i < P.t.total; i++) g1[i] *= 2;
   MF_TEST(mf_test_relerr(g2, g1, P.t.total) < 1e-6, "gradients accumulate (2 rounds = 2×)");
   gpu_free(&a);
@@ -381,13 +355,13 @@ static void check_run_blocks(mf_stack_policy pol) {
   const void *pa[4] = {a.so, a.zo, a.ds, a.dz}, *pb[4] = {b.so, b.zo, b.ds, b.dz};
   for (int k = 0; k < 4; k++) {
     size_t by = (size_t)(k % 2 ? P2.zn : P2.sn) * 2;
-    void *x = fetch(pa[k], by), *y = fetch(pb[k], by);
+    void *x = fetch_raw(pa[k], by), *y = fetch_raw(pb[k], by);
     same &= memcmp(x, y, by) == 0;
     free(x);
     free(y);
   }
-  float *g2 = (float *)fetch(a.grads, (size_t)P2.t.total * 4);
-  float *g5 = (float *)fetch(b.grads, (size_t)P5.t.total * 4);
+  float *g2 = (float *)fetch_raw(a.grads, (size_t)P2.t.total * 4);
+  float *g5 = (float *)fetch_raw(b.grads, (size_t)P5.t.total * 4);
   for (int i = 0; i < P2.t.n; i++) {
     const mf_param_entry *e2 = &P2.t.entries[i], *e5 = &P5.t.entries[i];
     same &= memcmp(g2 + e2->offset, g5 + e5->offset, (size_t)e2->numel * 4) == 0;
@@ -433,10 +407,10 @@ static void time_block(int N) {
   mf_pf_cuda_stack st;
   MF_ASSERT(mf_pf_cuda_stack_init(&st, &P.t, (mf_stack_policy){MF_STACK_RECOMPUTE, 0}, N, 0, 0) ==
                 MF_OK, "%s", mf_error_message());
-  float *master = up_f32(P.params, P.t.total), *grads = (float *)dalloc((size_t)P.t.total * 4);
+  float *master = new_f32(P.params, P.t.total), *grads = (float *)dalloc((size_t)P.t.total * 4);
   mf_pf_cuda_stack_set_params(&st, master);
-  mf_bf16_t *s = up_bf16(P.s, P.sn), *z = up_bf16(P.z, P.zn), *so = up_bf16(P.s, P.sn),
-            *zo = up_bf16(P.z, P.zn), *ds = up_bf16(P.dso, P.sn), *dz = up_bf16(P.dzo, P.zn);
+  mf_bf16_t *s = new_bf16(P.s, P.sn), *z = new_bf16(P.z, P.zn), *so = new_bf16(P.s, P.sn),
+            *zo = new_bf16(P.z, P.zn), *ds = new_bf16(P.dso, P.sn), *dz = new_bf16(P.dzo, P.zn);
   mf_stack_rng rng = {1, 1, 1};
   cudaEvent_t e0, e1, e2;
   cudaEventCreate(&e0);

@@ -34,98 +34,14 @@
 #include "ops/dropout.h"
 #include "ops/triatt.h"
 
+/* capacities of gpu_test_util.h's allocation registry and raw_set */
+#define GPU_TEST_MAX_ALLOCS 64
+#define GPU_TEST_MAX_OUTS 4
+#include "gpu_test_util.h"
+
 #define TOL 2e-2
 
 static mf_cuda_blas g_blas;
-
-/* ---------------------------------------------------------------- device helpers */
-#define MAX_ALLOCS 64
-static void *g_allocs[MAX_ALLOCS];
-static int g_nallocs;
-
-static void *dev_alloc(size_t bytes) {
-  void *d = NULL;
-  MF_CHECK_CUDA(cudaMalloc(&d, bytes ? bytes : 16));
-  MF_ASSERT(g_nallocs < MAX_ALLOCS, "too many test allocations");
-  g_allocs[g_nallocs++] = d;
-  return d;
-}
-static void dev_free_all(void) {
-  for (int i = 0; i < g_nallocs; i++) MF_CHECK_CUDA(cudaFree(g_allocs[i]));
-  g_nallocs = 0;
-}
-static void poison(void *d, size_t bytes) { MF_CHECK_CUDA(cudaMemset(d, 0xff, bytes)); } /* NaN */
-
-static double bf16r(double x) { return mf_f32_from_bf16(mf_bf16_from_f32((float)x)); }
-
-/* x = bf16(scale·randn + offset) */
-static void rand_bf16(double *x, int64_t n, uint64_t seed, double scale, double offset) {
-  mf_test_randn(x, n, seed, scale);
-  for (int64_t i = 0; i < n; i++) x[i] = bf16r(x[i] + offset);
-}
-
-static void up_bf16(mf_bf16_t *d, const double *x, int64_t n) {
-  mf_bf16 *h = (mf_bf16 *)malloc((size_t)(n ? n : 1) * sizeof(mf_bf16));
-  MF_CHECK_PTR(h);
-  for (int64_t i = 0; i < n; i++) h[i] = mf_bf16_from_f32((float)x[i]);
-  MF_CHECK_CUDA(cudaMemcpy(d, h, (size_t)n * sizeof(mf_bf16), cudaMemcpyHostToDevice));
-  free(h);
-}
-static mf_bf16_t *to_bf16(const double *x, int64_t n) {
-  mf_bf16_t *d = (mf_bf16_t *)dev_alloc((size_t)n * 2);
-  up_bf16(d, x, n);
-  return d;
-}
-static void up_f32(float *d, const double *x, int64_t n) {
-  float *h = (float *)malloc((size_t)(n ? n : 1) * sizeof(float));
-  MF_CHECK_PTR(h);
-  for (int64_t i = 0; i < n; i++) h[i] = (float)x[i];
-  MF_CHECK_CUDA(cudaMemcpy(d, h, (size_t)n * 4, cudaMemcpyHostToDevice));
-  free(h);
-}
-static void from_bf16(double *x, const mf_bf16_t *d, int64_t n) {
-  mf_bf16 *h = (mf_bf16 *)malloc((size_t)(n ? n : 1) * sizeof(mf_bf16));
-  MF_CHECK_PTR(h);
-  MF_CHECK_CUDA(cudaMemcpy(h, d, (size_t)n * 2, cudaMemcpyDeviceToHost));
-  for (int64_t i = 0; i < n; i++) x[i] = mf_f32_from_bf16(h[i]);
-  free(h);
-}
-static void from_f32(double *x, const float *d, int64_t n) {
-  float *h = (float *)malloc((size_t)(n ? n : 1) * sizeof(float));
-  MF_CHECK_PTR(h);
-  MF_CHECK_CUDA(cudaMemcpy(h, d, (size_t)n * 4, cudaMemcpyDeviceToHost));
-  for (int64_t i = 0; i < n; i++) x[i] = h[i];
-  free(h);
-}
-static void *fetch_raw(const void *d, size_t bytes) {
-  void *h = malloc(bytes ? bytes : 1);
-  MF_CHECK_PTR(h);
-  MF_CHECK_CUDA(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-  return h;
-}
-
-/* The GPU results of one run, as raw bytes (for the bit-identity check). */
-#define MAX_OUTS 4
-typedef struct {
-  void *raw[MAX_OUTS];
-  size_t bytes[MAX_OUTS];
-  int n;
-} raw_set;
-static void raw_add(raw_set *s, const void *d, size_t bytes) {
-  MF_ASSERT(s->n < MAX_OUTS, "raw_set full");
-  s->raw[s->n] = fetch_raw(d, bytes);
-  s->bytes[s->n++] = bytes;
-}
-static int raw_same(const raw_set *a, const raw_set *b) {
-  if (a->n != b->n) return 0;
-  for (int i = 0; i < a->n; i++)
-    if (a->bytes[i] != b->bytes[i] || memcmp(a->raw[i], b->raw[i], a->bytes[i])) return 0;
-  return 1;
-}
-static void raw_free(raw_set *s) {
-  for (int i = 0; i < s->n; i++) free(s->raw[i]);
-  s->n = 0;
-}
 
 /* Worst relative errors seen, per kind (printed at the end). */
 static double g_worst[3]; /* out, dz, parameter gradients */
@@ -429,11 +345,7 @@ static void bench(int N, int starting) {
 }
 
 int main(void) {
-  mf_test_begin("test_triatt_gpu");
-  if (mf_cuda_init(0) != MF_OK) {
-    MF_TEST(0, "no GPU: %s", mf_error_message());
-    return mf_test_end();
-  }
+  if (!gpu_test_begin("test_triatt_gpu")) return mf_test_end();
   mf_cuda_blas_create(&g_blas, 0);
   uint64_t s = 1000;
   const int RW = MF_DROPOUT_ROWWISE, CW = MF_DROPOUT_COLWISE;
