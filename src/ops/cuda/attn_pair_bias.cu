@@ -39,14 +39,8 @@
 
 /* ================================================================ pair kernels */
 
-/* Channel of value i of a lane: V consecutive channels per lane when CONTIG (Cz == 32·V),
- * else lane-strided (any Cz <= 32·V). */
-template <int V, bool CONTIG>
-static __device__ __forceinline__ int apb_chan(int lane, int i) {
-  return CONTIG ? lane * V + i : i * MF_WARP_SIZE + lane;
-}
-
-/* v[0..V) = row values as fp32 (0 past C). */
+/* v[0..V) = row values as fp32 (0 past C): mf_row_load_bf16 (fusion_util.cuh, whose
+ * mf_row_chan is the channel layout here too), with one 8-byte load per lane for V = 4. */
 template <int V, bool CONTIG>
 static __device__ __forceinline__ void apb_load_row(float *v, const bf16 *__restrict__ row, int lane,
                                                     int C) {
@@ -57,19 +51,8 @@ static __device__ __forceinline__ void apb_load_row(float *v, const bf16 *__rest
     v[1] = __high2float(h[0]);
     v[2] = __low2float(h[1]);
     v[3] = __high2float(h[1]);
-  } else if (CONTIG) {
-#pragma unroll
-    for (int i = 0; i < V; i += 2) {
-      const __nv_bfloat162 p = *(const __nv_bfloat162 *)(row + lane * V + i);
-      v[i] = __low2float(p);
-      v[i + 1] = __high2float(p);
-    }
   } else {
-#pragma unroll
-    for (int i = 0; i < V; i++) {
-      const int c = i * MF_WARP_SIZE + lane;
-      v[i] = c < C ? mf_bf16_to_f32(row[c]) : 0.0f;
-    }
+    mf_row_load_bf16<V, CONTIG>(v, row, lane, C);
   }
 }
 
@@ -108,11 +91,11 @@ static __device__ __forceinline__ void apb_normalise(float *xh, float *rs_out, c
 #pragma unroll
   for (int i = 0; i < V; i++) {
     const float d = x[i] - mu;
-    q += apb_chan<V, CONTIG>(lane, i) < C ? d * d : 0.0f;
+    q += mf_row_chan<V, CONTIG>(lane, i) < C ? d * d : 0.0f;
   }
   const float rs = 1.0f / sqrtf(mf_warp_sum(q) / (float)C + (float)MF_LN_EPS);
 #pragma unroll
-  for (int i = 0; i < V; i++) xh[i] = apb_chan<V, CONTIG>(lane, i) < C ? (x[i] - mu) * rs : 0.0f;
+  for (int i = 0; i < V; i++) xh[i] = mf_row_chan<V, CONTIG>(lane, i) < C ? (x[i] - mu) * rs : 0.0f;
   *rs_out = rs;
 }
 
@@ -170,7 +153,7 @@ apb_bias_fwd_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
     float t = 0.0f;
 #pragma unroll
     for (int i = 0; i < V; i++) {
-      const int c = apb_chan<V, CONTIG>(lane, i);
+      const int c = mf_row_chan<V, CONTIG>(lane, i);
       const bool ok = h < H && c < Cz;
       const float wv = ok ? mf_bf16_to_f32(w[(int64_t)h * Cz + c]) : 0.0f;
       wf[h][i] = ok ? mf_bf16_to_f32(gamma[c]) * wv : 0.0f;
@@ -218,7 +201,7 @@ apb_bias_bwd_kernel(bf16 *__restrict__ dz, float *__restrict__ part, const bf16 
   float wr[HG][V], gm[V], bt[V], acc[HG][V], pg[V], pb[V];
 #pragma unroll
   for (int i = 0; i < V; i++) {
-    const int c = apb_chan<V, CONTIG>(lane, i);
+    const int c = mf_row_chan<V, CONTIG>(lane, i);
     gm[i] = c < Cz ? mf_bf16_to_f32(gamma[c]) : 0.0f;
     bt[i] = c < Cz ? mf_bf16_to_f32(beta[c]) : 0.0f;
     pg[i] = pb[i] = 0.0f;
@@ -281,7 +264,7 @@ apb_bias_bwd_kernel(bf16 *__restrict__ dz, float *__restrict__ part, const bf16 
     if (wp == k) {
 #pragma unroll
       for (int i = 0; i < V; i++) {
-        const int c = apb_chan<V, CONTIG>(lane, i);
+        const int c = mf_row_chan<V, CONTIG>(lane, i);
         if (c >= Cz) continue;
 #pragma unroll
         for (int h = 0; h < HG; h++)
@@ -337,7 +320,7 @@ apb_bias_fwd_pipe_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
     float t = 0.0f;
 #pragma unroll
     for (int i = 0; i < V; i++) {
-      const int c = apb_chan<V, CONTIG>(lane, i);
+      const int c = mf_row_chan<V, CONTIG>(lane, i);
       const bool ok = h < H && c < Cz;
       const float wv = ok ? mf_bf16_to_f32(w[(int64_t)h * Cz + c]) : 0.0f;
       wf[h][i] = ok ? mf_bf16_to_f32(gamma[c]) * wv : 0.0f;
@@ -399,7 +382,7 @@ apb_bias_bwd_pipe_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
   float wr[HG][V], gm[V], bt[V], acc[HG][V], pg[V], pb[V];
 #pragma unroll
   for (int i = 0; i < V; i++) {
-    const int c = apb_chan<V, CONTIG>(lane, i);
+    const int c = mf_row_chan<V, CONTIG>(lane, i);
     gm[i] = c < Cz ? mf_bf16_to_f32(gamma[c]) : 0.0f;
     bt[i] = c < Cz ? mf_bf16_to_f32(beta[c]) : 0.0f;
     pg[i] = pb[i] = 0.0f;
@@ -489,7 +472,7 @@ apb_bias_bwd_pipe_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
     if (wp == k) {
 #pragma unroll
       for (int i = 0; i < V; i++) {
-        const int c = apb_chan<V, CONTIG>(lane, i);
+        const int c = mf_row_chan<V, CONTIG>(lane, i);
         if (c >= Cz) continue;
 #pragma unroll
         for (int h = 0; h < HG; h++)
