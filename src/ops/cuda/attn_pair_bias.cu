@@ -113,6 +113,27 @@ static __device__ __forceinline__ void apb_reduce_scatter(float *a, int lane) {
   if constexpr (HALF > 1) apb_reduce_scatter<HALF / 2, OFF / 2>(a, lane);
 }
 
+/* W_z with γ folded in: wf[h][i] = γ_c·W_z[h, c]; cb[h] = Σ_c β_c·W_z[h, c] (warp-summed);
+ * 0 for heads past H and channels past Cz. */
+template <int V, bool CONTIG, int HG>
+static __device__ __forceinline__ void apb_fwd_weights(float (&wf)[HG][V], float (&cb)[HG],
+                                                       const bf16 *gamma, const bf16 *beta,
+                                                       const bf16 *w, int lane, int Cz, int H) {
+#pragma unroll
+  for (int h = 0; h < HG; h++) {
+    float t = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      const int c = mf_row_chan<V, CONTIG>(lane, i);
+      const bool ok = h < H && c < Cz;
+      const float wv = ok ? mf_bf16_to_f32(w[(int64_t)h * Cz + c]) : 0.0f;
+      wf[h][i] = ok ? mf_bf16_to_f32(gamma[c]) * wv : 0.0f;
+      t += ok ? mf_bf16_to_f32(beta[c]) * wv : 0.0f;
+    }
+    cb[h] = mf_warp_sum(t);
+  }
+}
+
 /* One row of the forward: LN of the row (registers), its dot products with the HG heads
  * of wf (γ folded in; cb = β·W_z added once, by lane 0), reduce-scattered over the warp:
  * returns the sum of head hl (see the kernels), complete on the writer lanes. */
@@ -146,21 +167,8 @@ apb_bias_fwd_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
                     const bf16 *__restrict__ w, int64_t M, int Cz, int H) {
   __shared__ float tile[HG * (APB_TR + 1)];
   const int lane = threadIdx.x % MF_WARP_SIZE, wp = threadIdx.x / MF_WARP_SIZE;
-  /* W_z with γ folded in: wf[h][i] = γ_c·W_z[h, c]; cb[h] = Σ_c β_c·W_z[h, c] */
-  float wf[HG][V], cb[HG];
-#pragma unroll
-  for (int h = 0; h < HG; h++) {
-    float t = 0.0f;
-#pragma unroll
-    for (int i = 0; i < V; i++) {
-      const int c = mf_row_chan<V, CONTIG>(lane, i);
-      const bool ok = h < H && c < Cz;
-      const float wv = ok ? mf_bf16_to_f32(w[(int64_t)h * Cz + c]) : 0.0f;
-      wf[h][i] = ok ? mf_bf16_to_f32(gamma[c]) * wv : 0.0f;
-      t += ok ? mf_bf16_to_f32(beta[c]) * wv : 0.0f;
-    }
-    cb[h] = mf_warp_sum(t);
-  }
+  float wf[HG][V], cb[HG]; /* W_z with γ folded in, β·W_z: apb_fwd_weights */
+  apb_fwd_weights<V, CONTIG, HG>(wf, cb, gamma, beta, w, lane, Cz, H);
   /* after the reduce-scatter below, lane holds the sum of head hl (lanes whose low
    * log2(32/HG) bits are 0 write it) */
   int hl = 0;
@@ -315,19 +323,7 @@ apb_bias_fwd_pipe_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
   float *tile = (float *)(zt + 2 * APB_TR * Cz);     /* (HG, APB_TR + 1) */
   const int lane = threadIdx.x % MF_WARP_SIZE, wp = threadIdx.x / MF_WARP_SIZE;
   float wf[HG][V], cb[HG];
-#pragma unroll
-  for (int h = 0; h < HG; h++) {
-    float t = 0.0f;
-#pragma unroll
-    for (int i = 0; i < V; i++) {
-      const int c = mf_row_chan<V, CONTIG>(lane, i);
-      const bool ok = h < H && c < Cz;
-      const float wv = ok ? mf_bf16_to_f32(w[(int64_t)h * Cz + c]) : 0.0f;
-      wf[h][i] = ok ? mf_bf16_to_f32(gamma[c]) * wv : 0.0f;
-      t += ok ? mf_bf16_to_f32(beta[c]) * wv : 0.0f;
-    }
-    cb[h] = mf_warp_sum(t);
-  }
+  apb_fwd_weights<V, CONTIG, HG>(wf, cb, gamma, beta, w, lane, Cz, H);
   int hl = 0;
 #pragma unroll
   for (int half = HG / 2, off = MF_WARP_SIZE / 2; half >= 1; half /= 2, off /= 2)
