@@ -177,6 +177,29 @@ int mf_test_gradcheck_at(const char *file, int line, const char *what, mf_test_l
                        what, e, tol, (long long)m, (long long)n, worst, (long long)worst_i);
 }
 
+unsigned char *mf_test_read_file(const char *path, size_t *len) {
+  *len = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  long sz = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  unsigned char *b = sz >= 0 && fseek(f, 0, SEEK_SET) == 0 ? malloc((size_t)sz + 1) : NULL;
+  if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
+    free(b);
+    b = NULL;
+  }
+  fclose(f);
+  if (!b) return NULL;
+  b[sz] = 0;
+  *len = (size_t)sz;
+  return b;
+}
+
+void mf_test_write_file(const char *path, const void *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  MF_ASSERT(f != NULL, "cannot write %s", path);
+  MF_ASSERT(fwrite(data, 1, n, f) == n && fclose(f) == 0, "short write to %s", path);
+}
+
 void mf_test_rm_rf(const char *path) {
   struct stat sb;
   if (lstat(path, &sb) != 0) return;

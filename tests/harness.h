@@ -57,6 +57,12 @@ void mf_test_ref_matvec(double *out, const double *W, const double *x, int n_out
 /* Dot product: the scalar loss Σ out·w used to turn an output into a loss. */
 double mf_test_dot(const double *a, const double *b, int64_t n);
 
+/* The whole file as a malloc'd buffer (free() it) of *len bytes plus a terminating NUL;
+ * NULL (and *len = 0) when it cannot be opened or read whole. */
+unsigned char *mf_test_read_file(const char *path, size_t *len);
+/* Writes n bytes of data to path (created or truncated); fatal when that fails. */
+void mf_test_write_file(const char *path, const void *data, size_t n);
+
 /* Removes a file or a directory tree (tests' temporary directories); ignores errors. */
 void mf_test_rm_rf(const char *path);
 

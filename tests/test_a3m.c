@@ -26,13 +26,6 @@ static void tmp_path(char *buf, size_t n, const char *name) {
   snprintf(buf, n, "%s/%s", g_tmpdir, name);
 }
 
-static void write_file(const char *path, const void *data, size_t n) {
-  FILE *f = fopen(path, "wb");
-  MF_ASSERT(f != NULL, "cannot write %s", path);
-  MF_ASSERT(fwrite(data, 1, n, f) == n, "short write to %s", path);
-  fclose(f);
-}
-
 /* gzip-compresses data into an malloc'd buffer (test helper, plain zlib). */
 static unsigned char *gzip_bytes(const char *data, size_t n, size_t *out_n) {
   z_stream zs;
@@ -324,9 +317,9 @@ static void test_files_gzip(void) {
   tmp_path(multi, sizeof multi, "multi.a3m.gz");
   tmp_path(garbage, sizeof garbage, "garbage.a3m.gz");
   size_t n = strlen(k_a3m), zn = 0;
-  write_file(plain, k_a3m, n);
+  mf_test_write_file(plain, k_a3m, n);
   unsigned char *z = gzip_bytes(k_a3m, n, &zn);
-  write_file(gz, z, zn);
+  mf_test_write_file(gz, z, zn);
 
   mf_a3m a;
   mf_status st = mf_a3m_read(plain, MF_MOL_PROTEIN, &a);
@@ -341,14 +334,14 @@ static void test_files_gzip(void) {
   /* every truncation of the gzip stream is an error naming the file, never a short MSA */
   int all_err = 1, named = 1;
   for (size_t cut = 1; cut < zn; cut++) {
-    write_file(trunc, z, cut);
+    mf_test_write_file(trunc, z, cut);
     st = mf_a3m_read(trunc, MF_MOL_PROTEIN, &a);
     all_err &= st == MF_ERR_FORMAT && a.msa == NULL;
     named &= strstr(mf_error_message(), "trunc.a3m.gz") != NULL;
     mf_a3m_free(&a);
   }
   MF_TEST(all_err && named, "all %zu truncations of the gzip file fail with MF_ERR_FORMAT", zn - 1);
-  write_file(trunc, z, zn / 2);
+  mf_test_write_file(trunc, z, zn / 2);
   st = mf_a3m_read(trunc, MF_MOL_PROTEIN, &a);
   MF_TEST(st == MF_ERR_FORMAT && strstr(mf_error_message(), "truncated gzip"),
           "truncated in the middle: %s", mf_error_message());
@@ -357,7 +350,7 @@ static void test_files_gzip(void) {
   unsigned char *c = malloc(zn);
   memcpy(c, z, zn);
   for (size_t k = 12; k < zn - 8; k++) c[k] ^= 0x5a;
-  write_file(corrupt, c, zn);
+  mf_test_write_file(corrupt, c, zn);
   st = mf_a3m_read(corrupt, MF_MOL_PROTEIN, &a);
   MF_TEST(st == MF_ERR_FORMAT && strstr(mf_error_message(), "corrupt.a3m.gz"),
           "corrupt gzip: %s", mf_error_message());
@@ -365,7 +358,7 @@ static void test_files_gzip(void) {
   /* wrong CRC (last member's trailer) */
   memcpy(c, z, zn);
   c[zn - 6] ^= 0xff;
-  write_file(corrupt, c, zn);
+  mf_test_write_file(corrupt, c, zn);
   st = mf_a3m_read(corrupt, MF_MOL_PROTEIN, &a);
   MF_TEST(st == MF_ERR_FORMAT, "gzip CRC mismatch: %s", mf_error_message());
   mf_a3m_free(&a);
@@ -376,32 +369,32 @@ static void test_files_gzip(void) {
   unsigned char *m = malloc(z1n + z2n + 8);
   memcpy(m, z1, z1n);
   memcpy(m + z1n, z2, z2n);
-  write_file(multi, m, z1n + z2n);
+  mf_test_write_file(multi, m, z1n + z2n);
   st = mf_a3m_read(multi, MF_MOL_PROTEIN, &a);
   MF_TEST(st == MF_OK, "multi-member gzip: %s", mf_error_message());
   if (st == MF_OK) check_hand_a3m(&a, "multi-member gzip");
   mf_a3m_free(&a);
   /* zero padding after the stream is accepted; other trailing bytes are not */
   memset(m + z1n + z2n, 0, 8);
-  write_file(multi, m, z1n + z2n + 8);
+  mf_test_write_file(multi, m, z1n + z2n + 8);
   st = mf_a3m_read(multi, MF_MOL_PROTEIN, &a);
   MF_TEST(st == MF_OK, "gzip + zero padding: %s", mf_error_message());
   mf_a3m_free(&a);
   memcpy(m + z1n + z2n, "garbage!", 8);
-  write_file(garbage, m, z1n + z2n + 8);
+  mf_test_write_file(garbage, m, z1n + z2n + 8);
   st = mf_a3m_read(garbage, MF_MOL_PROTEIN, &a);
   MF_TEST(st == MF_ERR_FORMAT && strstr(mf_error_message(), "trailing garbage"),
           "gzip + trailing garbage: %s", mf_error_message());
   mf_a3m_free(&a);
 
   /* empty file, gzip of nothing */
-  write_file(plain, "", 0);
+  mf_test_write_file(plain, "", 0);
   st = mf_a3m_read(plain, MF_MOL_PROTEIN, &a);
   MF_TEST(st == MF_ERR_FORMAT && strstr(mf_error_message(), "empty"), "empty file: %s",
           mf_error_message());
   size_t en;
   unsigned char *e = gzip_bytes("", 0, &en);
-  write_file(gz, e, en);
+  mf_test_write_file(gz, e, en);
   st = mf_a3m_read(gz, MF_MOL_PROTEIN, &a);
   MF_TEST(st == MF_ERR_FORMAT && strstr(mf_error_message(), "empty"), "gzip of nothing: %s",
           mf_error_message());
@@ -627,7 +620,7 @@ static void test_textfile_memory(void) {
   const size_t n = (size_t)3 * 1000 * 1000 + 12345;
   char *buf = malloc(n);
   for (size_t i = 0; i < n; i++) buf[i] = (i % 61 == 60) ? '\n' : (char)('A' + i % 23);
-  write_file(path, buf, n);
+  mf_test_write_file(path, buf, n);
   mf_mem_stats_t before = mf_mem_stats(MF_HOST);
   mf_mem_reset_peak(MF_HOST);
   char *data = NULL;

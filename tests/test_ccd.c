@@ -25,13 +25,6 @@
 
 static char g_tmpdir[64];
 
-static void write_file(const char *path, const void *data, size_t n) {
-  FILE *f = fopen(path, "wb");
-  MF_ASSERT(f != NULL, "cannot write %s", path);
-  MF_ASSERT(fwrite(data, 1, n, f) == n, "short write to %s", path);
-  fclose(f);
-}
-
 /* ------------------------------------------------------------------ hand checks */
 static void test_hand_components(const mf_ccd *ccd) {
   const mf_ccd_component *ala = mf_ccd_find(ccd, "ALA");
@@ -157,7 +150,7 @@ static void test_against_gemmi(const mf_ccd *ccd) {
   }
   char script[128], cmd[512];
   snprintf(script, sizeof script, "%s/ccd_expect.py", g_tmpdir);
-  write_file(script, k_gemmi_script, strlen(k_gemmi_script));
+  mf_test_write_file(script, k_gemmi_script, strlen(k_gemmi_script));
   snprintf(cmd, sizeof cmd, "%s -c 'import gemmi' 2>/dev/null", GEMMI_PYTHON);
   if (system(cmd) != 0) {
     printf("skip: %s has no gemmi module (Debian python3-gemmi), no gemmi comparison\n",
@@ -269,7 +262,7 @@ static void test_save_atomic(const mf_ccd *ccd, const char *bin, const char *pre
           "save into a missing directory: MF_ERR_IO, nothing left: %s", mf_error_message());
 
   /* a good save over a different file replaces it whole */
-  write_file(bin, "old contents", 12);
+  mf_test_write_file(bin, "old contents", 12);
   st = mf_ccd_save(ccd, bin);
   now = NULL;
   same = st == MF_OK && mf_textfile_read(bin, &now, &m) == MF_OK && m == n && !memcmp(now, prev, n);
@@ -321,22 +314,22 @@ static void test_chunks_and_binary(const mf_ccd *ccd) {
   test_save_atomic(ccd, bin, raw, n);
   char bad[128];
   snprintf(bad, sizeof bad, "%s/bad.bin", g_tmpdir);
-  write_file(bad, raw, n - 1);
+  mf_test_write_file(bad, raw, n - 1);
   st = mf_ccd_load(bad, &c2);
   MF_TEST(st == MF_ERR_FORMAT && strstr(mf_error_message(), "bad.bin"), "truncated binary: %s",
           mf_error_message());
   raw[n / 2] ^= 0x40;
-  write_file(bad, raw, n);
+  mf_test_write_file(bad, raw, n);
   st = mf_ccd_load(bad, &c2);
   MF_TEST(st == MF_ERR_FORMAT && strstr(mf_error_message(), "checksum"), "flipped bit: %s",
           mf_error_message());
   raw[n / 2] ^= 0x40;
   raw[0] = 'X';
-  write_file(bad, raw, n);
+  mf_test_write_file(bad, raw, n);
   st = mf_ccd_load(bad, &c2);
   MF_TEST(st == MF_ERR_FORMAT && strstr(mf_error_message(), "magic"), "bad magic: %s",
           mf_error_message());
-  write_file(bad, raw, 10);
+  mf_test_write_file(bad, raw, 10);
   st = mf_ccd_load(bad, &c2);
   MF_TEST(st == MF_ERR_FORMAT && c2.components == NULL, "10-byte file: %s", mf_error_message());
   mf_free(raw);

@@ -27,26 +27,6 @@ static char g_dir[64];
 
 static void path_in(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", g_dir, name); }
 
-static unsigned char *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long sz = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *b = malloc((size_t)sz + 1);
-  *len = fread(b, 1, (size_t)sz, f);
-  fclose(f);
-  return b;
-}
-
-static void write_all(const char *path, const void *b, size_t len) {
-  FILE *f = fopen(path, "wb");
-  if (f) {
-    fwrite(b, 1, len, f);
-    fclose(f);
-  }
-}
-
 static uint64_t le64(const unsigned char *p) {
   uint64_t n = 0;
   for (int i = 0; i < 8; i++) n |= (uint64_t)p[i] << (8 * i);
@@ -141,7 +121,7 @@ static void test_round_trip(void) {
   int status = 0;
   waitpid(pid, &status, 0);
   size_t len = 0;
-  unsigned char *b = read_all(out, &len);
+  unsigned char *b = mf_test_read_file(out, &len);
   int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && b &&
            len == (size_t)(3 * n) * sizeof(double) + 16;
   if (ok) {
@@ -179,7 +159,7 @@ static void test_safetensors_layout(void) {
   path_in(path, sizeof path, "layout.safetensors");
   MF_TEST(mf_ckpt_save(path, &fx.t, fx.p, fx.m, fx.v, 42, 3) == MF_OK, "save");
   size_t len = 0;
-  unsigned char *b = read_all(path, &len);
+  unsigned char *b = mf_test_read_file(path, &len);
   uint64_t n = b && len >= 8 ? le64(b) : 0;
   MF_TEST(n > 0 && 8 + n <= len, "8-byte little-endian header length %llu within the file",
           (unsigned long long)n);
@@ -262,7 +242,7 @@ static void write_mutated(const char *dst, const unsigned char *src, size_t len,
   memcpy(out + 8, h, hl);
   memset(out + 8 + hl, ' ', pl - hl);
   memcpy(out + 8 + pl, src + 8 + n, len - 8 - n);
-  write_all(dst, out, 8 + pl + (len - 8 - n));
+  mf_test_write_file(dst, out, 8 + pl + (len - 8 - n));
   free(out);
   free(h);
   json_decref(root);
@@ -343,7 +323,7 @@ static void test_bad_files(void) {
   path_in(bad, sizeof bad, "bad.safetensors");
   MF_TEST(mf_ckpt_save(good, &fx.t, fx.p, fx.m, fx.v, 1, 2) == MF_OK, "save");
   size_t len = 0;
-  unsigned char *src = read_all(good, &len);
+  unsigned char *src = mf_test_read_file(good, &len);
   uint64_t n = le64(src);
 
   char missing[128];
@@ -353,7 +333,7 @@ static void test_bad_files(void) {
   /* truncations at every interesting length */
   size_t cuts[] = {0, 3, 8, 8 + (size_t)n / 2, 8 + (size_t)n, 8 + (size_t)n + 5, len / 2 + 7, len - 4, len - 1};
   for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
-    write_all(bad, src, cuts[i]);
+    mf_test_write_file(bad, src, cuts[i]);
     char what[64];
     snprintf(what, sizeof what, "truncated to %zu of %zu bytes", cuts[i], len);
     MF_TEST(load_expect_fail(&fx, bad, what, NULL) == MF_ERR_FORMAT, "%s: FORMAT", what);
@@ -362,14 +342,14 @@ static void test_bad_files(void) {
   unsigned char *longer = malloc(len + 1);
   memcpy(longer, src, len);
   longer[len] = 0;
-  write_all(bad, longer, len + 1);
+  mf_test_write_file(bad, longer, len + 1);
   load_expect_fail(&fx, bad, "one byte appended", "cover");
 
   /* corrupt headers */
   unsigned char *cp = malloc(len);
   memcpy(cp, src, len);
   cp[8] = 'x';
-  write_all(bad, cp, len);
+  mf_test_write_file(bad, cp, len);
   load_expect_fail(&fx, bad, "header not beginning with '{'", "'{'");
   memcpy(cp, src, len);
   for (size_t i = 8 + (size_t)n / 2; i < 8 + n; i++)
@@ -377,21 +357,21 @@ static void test_bad_files(void) {
       cp[i] = '"'; /* a digit becomes a quote */
       break;
     }
-  write_all(bad, cp, len);
+  mf_test_write_file(bad, cp, len);
   load_expect_fail(&fx, bad, "a stray quote in the JSON", "JSON");
   memcpy(cp, src, len);
   memset(cp, 0xff, 8);
-  write_all(bad, cp, len);
+  mf_test_write_file(bad, cp, len);
   load_expect_fail(&fx, bad, "header length 2^64 - 1", "header length");
   memcpy(cp, src, len);
   for (int i = 0; i < 8; i++) cp[i] = (unsigned char)((n - 8) >> (8 * i)); /* JSON cut short */
-  write_all(bad, cp, len);
+  mf_test_write_file(bad, cp, len);
   load_expect_fail(&fx, bad, "header length too short", NULL);
   /* a duplicate key, made by renaming w_q → w_k in the text (same length) */
   memcpy(cp, src, len);
   char *hk = strstr((char *)cp + 8, "\"pairformer.att_end.w_q\"");
   if (hk) hk[22] = 'k';
-  write_all(bad, cp, len);
+  mf_test_write_file(bad, cp, len);
   load_expect_fail(&fx, bad, "duplicate tensor name", "duplicate");
   free(cp);
 

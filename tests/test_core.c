@@ -1,10 +1,15 @@
 /* test_core.c — core library: Philox known-answer vectors and distributions, CPU/GPU
  * stream layout, allocation accounting and fault injection, arenas, tensor checks,
- * bf16 rounding, the fatal path and error messages. */
+ * bf16 rounding, the fatal path and error messages, atomic whole-file writes. */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp, readdir */
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/atomic_file.h"
 #include "core/philox.h"
 #include "harness.h"
 
@@ -236,6 +241,77 @@ static void test_timer(void) {
   MF_TEST(mf_log_level_parse("warn") == MF_LOG_WARN && mf_log_level_parse("x") == -1, "log levels");
 }
 
+/* ------------------------------------------------------------------ atomic file */
+
+static int write_text(FILE *f, void *ctx) {
+  const char *text = ctx;
+  return fputs(text, f) != EOF;
+}
+static int write_fails(FILE *f, void *ctx) {
+  (void)f, (void)ctx;
+  errno = ENOSPC;
+  return 0;
+}
+typedef struct {
+  int calls, tmp_complete;
+  char stage[32];
+} hook_log;
+static void log_hook(const char *stage, const char *tmp_path, void *ud) {
+  hook_log *h = ud;
+  h->calls++;
+  snprintf(h->stage, sizeof h->stage, "%s", stage);
+  FILE *f = fopen(tmp_path, "rb");
+  char buf[16] = {0};
+  h->tmp_complete = f && fread(buf, 1, sizeof buf - 1, f) == 3 && !strcmp(buf, "new");
+  if (f) fclose(f);
+}
+static int file_is(const char *path, const char *text) {
+  FILE *f = fopen(path, "rb");
+  char buf[64] = {0};
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  if (f) fclose(f);
+  return f && n == strlen(text) && !memcmp(buf, text, n);
+}
+static int count_tmp(const char *dir) {
+  DIR *d = opendir(dir);
+  int k = 0;
+  for (struct dirent *e; d && (e = readdir(d));) k += strstr(e->d_name, ".tmp.") != NULL;
+  if (d) closedir(d);
+  return k;
+}
+
+static void test_atomic_file(void) {
+  char dir[64], path[128], missing[128];
+  snprintf(dir, sizeof dir, "/tmp/mf_test_core_XXXXXX");
+  MF_ASSERT(mkdtemp(dir) != NULL, "mkdtemp");
+  snprintf(path, sizeof path, "%s/out.bin", dir);
+  snprintf(missing, sizeof missing, "%s/no_such_dir/out.bin", dir);
+  MF_TEST(mf_atomic_write_file(path, write_text, "old", NULL, NULL) == MF_OK &&
+              file_is(path, "old") && count_tmp(dir) == 0,
+          "atomic write creates the file: %s", mf_error_message());
+  hook_log h = {0};
+  MF_TEST(mf_atomic_write_file(path, write_text, "new", log_hook, &h) == MF_OK &&
+              file_is(path, "new") && count_tmp(dir) == 0,
+          "atomic write replaces the file: %s", mf_error_message());
+  MF_TEST(h.calls == 1 && !strcmp(h.stage, "before-rename") && h.tmp_complete,
+          "the hook sees the complete temporary file before the rename");
+  mf_status st = mf_atomic_write_file(path, write_fails, NULL, NULL, NULL);
+  MF_TEST(st == MF_ERR_IO && strstr(mf_error_message(), path) &&
+              strstr(mf_error_message(), strerror(ENOSPC)) && file_is(path, "new") &&
+              count_tmp(dir) == 0,
+          "a failed write keeps the previous file, names it and the error, leaves no temp: %s",
+          mf_error_message());
+  st = mf_atomic_write_file(missing, write_text, "x", NULL, NULL);
+  MF_TEST(st == MF_ERR_IO && strstr(mf_error_message(), "no_such_dir"),
+          "a missing directory is MF_ERR_IO naming the path: %s", mf_error_message());
+  mf_alloc_fail_after(0);
+  st = mf_atomic_write_file(path, write_text, "y", NULL, NULL);
+  mf_alloc_fail_after(-1);
+  MF_TEST(st == MF_ERR_NOMEM && file_is(path, "new") && count_tmp(dir) == 0,
+          "an allocation failure is MF_ERR_NOMEM and changes nothing");
+  mf_test_rm_rf(dir);
+}
+
 int main(void) {
   mf_test_begin("test_core");
   test_philox_kat();
@@ -245,5 +321,6 @@ int main(void) {
   test_grow();
   test_tensor_and_errors();
   test_timer();
+  test_atomic_file();
   return mf_test_end();
 }

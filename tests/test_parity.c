@@ -22,18 +22,6 @@
 
 static char g_dir[64];
 
-static unsigned char *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long sz = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *b = malloc((size_t)sz + 1);
-  *len = fread(b, 1, (size_t)sz, f);
-  fclose(f);
-  return b;
-}
-
 /* The parsed file: header JSON and a pointer to the data. */
 typedef struct {
   unsigned char *raw;
@@ -45,7 +33,7 @@ typedef struct {
 
 static int parse_file(parsed *p, const char *path) {
   memset(p, 0, sizeof *p);
-  p->raw = read_all(path, &p->len);
+  p->raw = mf_test_read_file(path, &p->len);
   if (!p->raw || p->len < 8) return 0;
   for (int i = 0; i < 8; i++) p->hlen |= (uint64_t)p->raw[i] << (8 * i);
   if (p->hlen > p->len - 8) return 0;

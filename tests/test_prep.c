@@ -27,23 +27,9 @@ static const char *ENTRIES[4] = {"1crn", "209d-assembly1", "5i55", "4zkk"};
 static char g_tmp[64], g_in[128];
 
 static uint8_t *read_all(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  MF_ASSERT(f != NULL, "cannot read %s", path);
-  fseek(f, 0, SEEK_END);
-  long sz = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *b = malloc((size_t)sz + 1);
-  MF_ASSERT(fread(b, 1, (size_t)sz, f) == (size_t)sz, "short read %s", path);
-  fclose(f);
-  *n = (size_t)sz;
+  uint8_t *b = mf_test_read_file(path, n);
+  MF_ASSERT(b != NULL, "cannot read %s", path);
   return b;
-}
-
-static void write_all(const char *path, const void *b, size_t n) {
-  FILE *f = fopen(path, "wb");
-  MF_ASSERT(f != NULL, "cannot write %s", path);
-  MF_ASSERT(fwrite(b, 1, n, f) == n, "short write %s", path);
-  fclose(f);
 }
 
 static mf_prep_opts opts(const char *out, int threads, FILE *report) {
@@ -141,19 +127,19 @@ int main(void) {
     snprintf(path, sizeof path, SHARED "/mmcif/%s.cif.gz", ENTRIES[i]);
     uint8_t *b = read_all(path, &n);
     snprintf(path, sizeof path, "%s/%s.cif.gz", g_in, ENTRIES[i]);
-    write_all(path, b, n);
+    mf_test_write_file(path, b, n);
     free(b);
   }
   {
     size_t n;
     uint8_t *b = read_all(SHARED "/mmcif/1ubq.cif.gz", &n);
     snprintf(path, sizeof path, "%s/9bad.cif.gz", g_in);
-    write_all(path, b, n / 2); /* truncated gzip */
+    mf_test_write_file(path, b, n / 2); /* truncated gzip */
     free(b);
     snprintf(path, sizeof path, "%s/README.txt", g_in); /* not an mmCIF name: ignored */
-    write_all(path, "x", 1);
+    mf_test_write_file(path, "x", 1);
     snprintf(path, sizeof path, "%s/.hidden.cif", g_in); /* hidden: ignored */
-    write_all(path, "x", 1);
+    mf_test_write_file(path, "x", 1);
   }
   FILE *rep = tmpfile();
   snprintf(out, sizeof out, "%s/cache", g_tmp);
@@ -274,7 +260,7 @@ int main(void) {
     snprintf(text, sizeof text,
              "# two entries\n\n  %s/in/5i55.cif.gz  \n%s/in/1crn.cif.gz\r\n%s/in/1crn.cif.gz\n",
              g_tmp, g_tmp, g_tmp);
-    write_all(list, text, strlen(text));
+    mf_test_write_file(list, text, strlen(text));
   }
   char outl[256];
   snprintf(outl, sizeof outl, "%s/cachel", g_tmp);

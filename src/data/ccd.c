@@ -1,15 +1,14 @@
 /* ccd.c — the CCD reader on top of the cif.h tokenizer (chunks of whole data blocks), the
  * component hash table, and the binary serialisation. See ccd.h. Not a tokenizer: the
  * chunk splitter only finds lines that start with "data_" outside ';' text fields. */
-#define _POSIX_C_SOURCE 200809L /* strncasecmp, fileno, fsync */
+#define _POSIX_C_SOURCE 200809L /* strncasecmp */
 #include "data/ccd.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
+#include "core/atomic_file.h"
 #include "data/cif.h"
 #include "data/textfile.h"
 
@@ -451,6 +450,22 @@ typedef struct {
   uint64_t checksum; /* FNV-1a 64 of the payload */
 } bin_header;
 
+/* What the atomic writer puts in the file: the header, then the four tables. */
+typedef struct {
+  const bin_header *h;
+  const void *const *parts;
+  const size_t *sizes;
+} ccd_parts;
+
+static int write_parts(FILE *f, void *ctx) {
+  const ccd_parts *c = ctx;
+  int ok = fwrite(c->h, sizeof *c->h, 1, f) == 1;
+  for (int k = 0; k < 4 && ok; k++) ok = !c->sizes[k] || fwrite(c->parts[k], c->sizes[k], 1, f) == 1;
+  return ok;
+}
+
+/* Written atomically (core/atomic_file.h): a reader, or a crash, sees the old file or the
+ * new one whole, never a part. */
 mf_status mf_ccd_save(const mf_ccd *ccd, const char *path) {
   bin_header h;
   memset(&h, 0, sizeof h);
@@ -471,35 +486,8 @@ mf_status mf_ccd_save(const mf_ccd *ccd, const char *path) {
   for (int k = 0; k < 4; k++)
     if (sizes[k]) sum = fnv1a(parts[k], sizes[k], sum);
   h.checksum = sum;
-  /* written to <path>.tmp.<pid>, synced, then renamed over path: a reader (or a crash)
-   * sees the old file or the new one whole, never a part */
-  size_t tn = strlen(path) + 32;
-  char *tmp = mf_malloc(tn, "ccd save temp name");
-  if (!tmp) return MF_ERR_NOMEM;
-  snprintf(tmp, tn, "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    mf_status st = mf_error_set(MF_ERR_IO, "%s: cannot create %s: %s", path, tmp,
-                                strerror(errno));
-    mf_free(tmp);
-    return st;
-  }
-  int ok = fwrite(&h, sizeof h, 1, f) == 1;
-  for (int k = 0; k < 4 && ok; k++) ok = !sizes[k] || fwrite(parts[k], sizes[k], 1, f) == 1;
-  ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-  int err = ok ? 0 : errno;
-  if (fclose(f) != 0 && ok) ok = 0, err = errno;
-  const char *step = "write failed";
-  if (ok && rename(tmp, path) != 0) ok = 0, err = errno, step = "rename failed";
-  if (!ok) {
-    unlink(tmp);
-    mf_status st = mf_error_set(MF_ERR_IO, "%s: %s: %s (the previous file, if any, is kept)",
-                                path, step, strerror(err));
-    mf_free(tmp);
-    return st;
-  }
-  mf_free(tmp);
-  return MF_OK;
+  ccd_parts c = {&h, parts, sizes};
+  return mf_atomic_write_file(path, write_parts, &c, NULL, NULL);
 }
 
 /* Indices and offsets of a loaded table, so a corrupt file cannot make look-ups stray. */

@@ -124,8 +124,9 @@ int mf_element_number(const char *symbol);
 /* Binary serialisation: a little-endian file with a magic, a version, the table sizes and a
  * checksum of the payload. mf_ccd_load checks all of them (MF_ERR_FORMAT naming the file and
  * what is wrong) and rebuilds the hash table. Loads what mf_ccd_save wrote on the same ABI.
- * mf_ccd_save writes <path>.tmp.<pid>, syncs it and renames it over path: a failed save
- * (MF_ERR_IO) leaves the previous file as it was and no temp file. */
+ * mf_ccd_save writes it atomically (core/atomic_file.h: <path>.tmp.XXXXXX, synced, renamed
+ * over path, directory synced): a failed save (MF_ERR_IO) leaves the previous file as it
+ * was and no temp file. */
 mf_status mf_ccd_save(const mf_ccd *ccd, const char *path);
 mf_status mf_ccd_load(const char *path, mf_ccd *ccd);
 

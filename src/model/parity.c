@@ -1,18 +1,14 @@
 /* parity.c — the parity bundle writer (see parity.h): tensors and metadata collected in
- * memory, then one safetensors file written atomically. The JSON header is built by hand
- * (names and values escaped), so this file needs no JSON library. Not a reader. */
-#define _POSIX_C_SOURCE 200809L /* mkstemp, fsync, fdopen, fileno, O_DIRECTORY */
+ * memory, then one safetensors file written atomically (core/atomic_file.h). The JSON
+ * header is built by hand (names and values escaped), so this file needs no JSON library.
+ * Not a reader. */
 #include "model/parity.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <unistd.h>
 
+#include "core/atomic_file.h"
 #include "ops/dropout.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -314,21 +310,28 @@ static mf_status build_header(const mf_parity *b, sbuf *o) {
 
 /* ------------------------------------------------------------------ write */
 
-static mf_status fsync_dir(const char *path) {
-  char dir[4096];
-  const char *slash = strrchr(path, '/');
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else if (slash == path) snprintf(dir, sizeof dir, "/");
-  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (fd < 0 || fsync(fd) != 0) {
-    int e = errno;
-    if (fd >= 0) close(fd);
-    return mf_error_set(MF_ERR_IO, "%s: written, but syncing its directory %s failed: %s", path,
-                        dir, strerror(e));
-  }
-  close(fd);
-  return MF_OK;
+/* What the atomic writer puts in the file: the 8-byte header length, the header padded
+ * with spaces to plen, then the F32 tensors' data and the U8 tensors' data, each in order. */
+typedef struct {
+  const mf_parity *b;
+  const char *hdr;
+  size_t hlen, plen;
+} write_ctx;
+
+static int write_contents(FILE *f, void *ctx) {
+  const write_ctx *c = ctx;
+  unsigned char len8[8];
+  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)c->plen >> (8 * i));
+  int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(c->hdr, 1, c->hlen, f) == c->hlen;
+  for (size_t i = c->hlen; i < c->plen && ok; i++) ok = fputc(' ', f) != EOF;
+  for (int pass = 0; pass < 2 && ok; pass++)
+    for (int64_t i = 0; i < c->b->n && ok; i++) {
+      const tensor *t = &c->b->t[i];
+      if ((int)t->dt != pass) continue;
+      size_t bytes = (size_t)t->numel * (t->dt == DT_F32 ? 4 : 1);
+      ok = fwrite(t->data, 1, bytes, f) == bytes;
+    }
+  return ok;
 }
 
 mf_status mf_parity_write(const mf_parity *b, const char *path) {
@@ -340,59 +343,9 @@ mf_status mf_parity_write(const mf_parity *b, const char *path) {
     mf_free(hdr.s);
     return mf_error_set(MF_ERR_NOMEM, "parity bundle %s: building the header failed", path);
   }
-  size_t hlen = (size_t)hdr.n, plen = (hlen + 7) / 8 * 8; /* data starts 8-aligned */
-  size_t tlen = strlen(path) + 16;
-  char *tmp = mf_malloc(tlen, "parity temp path");
-  FILE *f = NULL;
-  int have_tmp = 0;
-  if (!tmp) {
-    st = MF_ERR_NOMEM;
-    goto done;
-  }
-  snprintf(tmp, tlen, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    st = mf_error_set(MF_ERR_IO, "%s: cannot create the temporary file %s: %s", path, tmp,
-                      strerror(errno));
-    goto done;
-  }
-  have_tmp = 1;
-  if (fchmod(fd, 0644) != 0 || !(f = fdopen(fd, "wb"))) {
-    st = mf_error_set(MF_ERR_IO, "%s: cannot open %s: %s", path, tmp, strerror(errno));
-    if (!f) close(fd);
-    goto done;
-  }
-  unsigned char len8[8];
-  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)plen >> (8 * i));
-  int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(hdr.s, 1, hlen, f) == hlen;
-  for (size_t i = hlen; i < plen && ok; i++) ok = fputc(' ', f) != EOF;
-  for (int pass = 0; pass < 2 && ok; pass++)
-    for (int64_t i = 0; i < b->n && ok; i++) {
-      const tensor *t = &b->t[i];
-      if ((int)t->dt != pass) continue;
-      size_t bytes = (size_t)t->numel * (t->dt == DT_F32 ? 4 : 1);
-      ok = fwrite(t->data, 1, bytes, f) == bytes;
-    }
-  if (!ok || fflush(f) != 0 || fsync(fileno(f)) != 0) {
-    st = mf_error_set(MF_ERR_IO, "%s: writing %s failed: %s", path, tmp, strerror(errno));
-    goto done;
-  }
-  int rc = fclose(f);
-  f = NULL;
-  if (rc != 0) {
-    st = mf_error_set(MF_ERR_IO, "%s: closing %s failed: %s", path, tmp, strerror(errno));
-    goto done;
-  }
-  if (rename(tmp, path) != 0) {
-    st = mf_error_set(MF_ERR_IO, "%s: renaming %s over it failed: %s", path, tmp, strerror(errno));
-    goto done;
-  }
-  have_tmp = 0;
-  st = fsync_dir(path);
-done:
-  if (f) fclose(f);
-  if (have_tmp) unlink(tmp);
-  mf_free(tmp);
+  size_t hlen = (size_t)hdr.n;
+  write_ctx c = {b, hdr.s, hlen, (hlen + 7) / 8 * 8}; /* data starts 8-aligned */
+  st = mf_atomic_write_file(path, write_contents, &c, NULL, NULL);
   mf_free(hdr.s);
   return st;
 }

@@ -1,18 +1,18 @@
 /* checkpoint.c — atomic safetensors checkpoints of the flat parameter / AdamW buffers
  * (see checkpoint.h). The header is JSON through jansson; the data is the buffers in F32.
  * Not a reader of arbitrary safetensors files: only F32 tensors named by the table load. */
-#define _POSIX_C_SOURCE 200809L /* mkstemp, fsync, fdopen, fileno, fseeko, O_DIRECTORY */
+#define _POSIX_C_SOURCE 200809L /* fileno, fseeko */
 #include "train/checkpoint.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <unistd.h>
+
+#include "core/atomic_file.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "checkpoint.c writes F32 data in host byte order: little-endian hosts only"
@@ -147,21 +147,25 @@ static int write_f32(FILE *f, const mf_real *buf, int64_t n, float *chunk) {
   return 1;
 }
 
-static mf_status fsync_dir(const char *path) {
-  char dir[4096];
-  const char *slash = strrchr(path, '/');
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else if (slash == path) snprintf(dir, sizeof dir, "/");
-  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (fd < 0 || fsync(fd) != 0) {
-    int e = errno;
-    if (fd >= 0) close(fd);
-    return mf_error_set(MF_ERR_IO, "%s: written, but syncing its directory %s failed: %s", path,
-                        dir, strerror(e));
-  }
-  close(fd);
-  return MF_OK;
+/* What the atomic writer puts in the file: the 8-byte header length, the header padded
+ * with spaces to plen, then the kinds buffers as F32. */
+typedef struct {
+  const char *hdr;
+  size_t hlen, plen;
+  const mf_real *const *bufs;
+  int kinds;
+  int64_t total;
+  float *chunk;
+} save_ctx;
+
+static int write_contents(FILE *f, void *ctx) {
+  const save_ctx *c = ctx;
+  unsigned char len8[8];
+  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)c->plen >> (8 * i));
+  int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(c->hdr, 1, c->hlen, f) == c->hlen;
+  for (size_t i = c->hlen; i < c->plen && ok; i++) ok = fputc(' ', f) != EOF;
+  for (int k = 0; k < c->kinds && ok; k++) ok = write_f32(f, c->bufs[k], c->total, c->chunk);
+  return ok;
 }
 
 mf_status mf_ckpt_save(const char *path, const mf_params_table *t, const mf_real *params,
@@ -178,56 +182,15 @@ mf_status mf_ckpt_save(const char *path, const mf_params_table *t, const mf_real
   size_t hlen = 0;
   mf_status st = build_header(&hdr, &hlen, t, kinds, step, seed);
   if (st != MF_OK) return st;
-  size_t plen = (hlen + 7) / 8 * 8; /* 8 + plen is a multiple of 8: the data is aligned */
-  size_t tlen = strlen(path) + 16;
-  char *tmp = mf_malloc(tlen, "checkpoint temp path");
   float *chunk = sizeof(mf_real) == sizeof(float) ? NULL : mf_malloc(CHUNK * sizeof(float), "checkpoint chunk");
-  FILE *f = NULL;
-  int have_tmp = 0;
-  if (!tmp || (sizeof(mf_real) != sizeof(float) && !chunk)) {
-    st = MF_ERR_NOMEM;
-    goto done;
+  if (sizeof(mf_real) != sizeof(float) && !chunk) {
+    free(hdr);
+    return MF_ERR_NOMEM;
   }
-  snprintf(tmp, tlen, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    st = mf_error_set(MF_ERR_IO, "%s: cannot create the temporary file %s: %s", path, tmp,
-                      strerror(errno));
-    goto done;
-  }
-  have_tmp = 1;
-  if (fchmod(fd, 0644) != 0 || !(f = fdopen(fd, "wb"))) {
-    st = mf_error_set(MF_ERR_IO, "%s: cannot open %s: %s", path, tmp, strerror(errno));
-    if (!f) close(fd);
-    goto done;
-  }
-  unsigned char len8[8];
-  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)plen >> (8 * i));
-  int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(hdr, 1, hlen, f) == hlen;
-  for (size_t i = hlen; i < plen && ok; i++) ok = fputc(' ', f) != EOF;
-  for (int k = 0; k < kinds && ok; k++) ok = write_f32(f, bufs[k], t->total, chunk);
-  if (!ok || fflush(f) != 0 || fsync(fileno(f)) != 0) {
-    st = mf_error_set(MF_ERR_IO, "%s: writing %s failed: %s", path, tmp, strerror(errno));
-    goto done;
-  }
-  int rc = fclose(f);
-  f = NULL;
-  if (rc != 0) {
-    st = mf_error_set(MF_ERR_IO, "%s: closing %s failed: %s", path, tmp, strerror(errno));
-    goto done;
-  }
-  if (g_hook) g_hook("before-rename", tmp, g_hook_ud);
-  if (rename(tmp, path) != 0) {
-    st = mf_error_set(MF_ERR_IO, "%s: renaming %s over it failed: %s", path, tmp, strerror(errno));
-    goto done;
-  }
-  have_tmp = 0;
-  st = fsync_dir(path);
-done:
-  if (f) fclose(f);
-  if (have_tmp) unlink(tmp);
+  /* 8 + plen is a multiple of 8: the data is aligned */
+  save_ctx c = {hdr, hlen, (hlen + 7) / 8 * 8, bufs, kinds, t->total, chunk};
+  st = mf_atomic_write_file(path, write_contents, &c, g_hook, g_hook_ud);
   mf_free(chunk);
-  mf_free(tmp);
   free(hdr);
   return st;
 }

@@ -39,14 +39,8 @@
 
 /* ================================================================ pair kernels */
 
-/* Channel of value i of a lane: V consecutive channels per lane when CONTIG (Cz == 32·V),
- * else lane-strided (any Cz <= 32·V). */
-template <int V, bool CONTIG>
-static __device__ __forceinline__ int apb_chan(int lane, int i) {
-  return CONTIG ? lane * V + i : i * MF_WARP_SIZE + lane;
-}
-
-/* v[0..V) = row values as fp32 (0 past C). */
+/* v[0..V) = row values as fp32 (0 past C): mf_row_load_bf16 (fusion_util.cuh, whose
+ * mf_row_chan is the channel layout here too), with one 8-byte load per lane for V = 4. */
 template <int V, bool CONTIG>
 static __device__ __forceinline__ void apb_load_row(float *v, const bf16 *__restrict__ row, int lane,
                                                     int C) {
@@ -57,19 +51,8 @@ static __device__ __forceinline__ void apb_load_row(float *v, const bf16 *__rest
     v[1] = __high2float(h[0]);
     v[2] = __low2float(h[1]);
     v[3] = __high2float(h[1]);
-  } else if (CONTIG) {
-#pragma unroll
-    for (int i = 0; i < V; i += 2) {
-      const __nv_bfloat162 p = *(const __nv_bfloat162 *)(row + lane * V + i);
-      v[i] = __low2float(p);
-      v[i + 1] = __high2float(p);
-    }
   } else {
-#pragma unroll
-    for (int i = 0; i < V; i++) {
-      const int c = i * MF_WARP_SIZE + lane;
-      v[i] = c < C ? mf_bf16_to_f32(row[c]) : 0.0f;
-    }
+    mf_row_load_bf16<V, CONTIG>(v, row, lane, C);
   }
 }
 
@@ -108,11 +91,11 @@ static __device__ __forceinline__ void apb_normalise(float *xh, float *rs_out, c
 #pragma unroll
   for (int i = 0; i < V; i++) {
     const float d = x[i] - mu;
-    q += apb_chan<V, CONTIG>(lane, i) < C ? d * d : 0.0f;
+    q += mf_row_chan<V, CONTIG>(lane, i) < C ? d * d : 0.0f;
   }
   const float rs = 1.0f / sqrtf(mf_warp_sum(q) / (float)C + (float)MF_LN_EPS);
 #pragma unroll
-  for (int i = 0; i < V; i++) xh[i] = apb_chan<V, CONTIG>(lane, i) < C ? (x[i] - mu) * rs : 0.0f;
+  for (int i = 0; i < V; i++) xh[i] = mf_row_chan<V, CONTIG>(lane, i) < C ? (x[i] - mu) * rs : 0.0f;
   *rs_out = rs;
 }
 
@@ -128,6 +111,27 @@ static __device__ __forceinline__ void apb_reduce_scatter(float *a, int lane) {
     a[k] = keep + __shfl_xor_sync(0xffffffffu, send, OFF);
   }
   if constexpr (HALF > 1) apb_reduce_scatter<HALF / 2, OFF / 2>(a, lane);
+}
+
+/* W_z with γ folded in: wf[h][i] = γ_c·W_z[h, c]; cb[h] = Σ_c β_c·W_z[h, c] (warp-summed);
+ * 0 for heads past H and channels past Cz. */
+template <int V, bool CONTIG, int HG>
+static __device__ __forceinline__ void apb_fwd_weights(float (&wf)[HG][V], float (&cb)[HG],
+                                                       const bf16 *gamma, const bf16 *beta,
+                                                       const bf16 *w, int lane, int Cz, int H) {
+#pragma unroll
+  for (int h = 0; h < HG; h++) {
+    float t = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      const int c = mf_row_chan<V, CONTIG>(lane, i);
+      const bool ok = h < H && c < Cz;
+      const float wv = ok ? mf_bf16_to_f32(w[(int64_t)h * Cz + c]) : 0.0f;
+      wf[h][i] = ok ? mf_bf16_to_f32(gamma[c]) * wv : 0.0f;
+      t += ok ? mf_bf16_to_f32(beta[c]) * wv : 0.0f;
+    }
+    cb[h] = mf_warp_sum(t);
+  }
 }
 
 /* One row of the forward: LN of the row (registers), its dot products with the HG heads
@@ -163,21 +167,8 @@ apb_bias_fwd_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
                     const bf16 *__restrict__ w, int64_t M, int Cz, int H) {
   __shared__ float tile[HG * (APB_TR + 1)];
   const int lane = threadIdx.x % MF_WARP_SIZE, wp = threadIdx.x / MF_WARP_SIZE;
-  /* W_z with γ folded in: wf[h][i] = γ_c·W_z[h, c]; cb[h] = Σ_c β_c·W_z[h, c] */
-  float wf[HG][V], cb[HG];
-#pragma unroll
-  for (int h = 0; h < HG; h++) {
-    float t = 0.0f;
-#pragma unroll
-    for (int i = 0; i < V; i++) {
-      const int c = apb_chan<V, CONTIG>(lane, i);
-      const bool ok = h < H && c < Cz;
-      const float wv = ok ? mf_bf16_to_f32(w[(int64_t)h * Cz + c]) : 0.0f;
-      wf[h][i] = ok ? mf_bf16_to_f32(gamma[c]) * wv : 0.0f;
-      t += ok ? mf_bf16_to_f32(beta[c]) * wv : 0.0f;
-    }
-    cb[h] = mf_warp_sum(t);
-  }
+  float wf[HG][V], cb[HG]; /* W_z with γ folded in, β·W_z: apb_fwd_weights */
+  apb_fwd_weights<V, CONTIG, HG>(wf, cb, gamma, beta, w, lane, Cz, H);
   /* after the reduce-scatter below, lane holds the sum of head hl (lanes whose low
    * log2(32/HG) bits are 0 write it) */
   int hl = 0;
@@ -218,7 +209,7 @@ apb_bias_bwd_kernel(bf16 *__restrict__ dz, float *__restrict__ part, const bf16 
   float wr[HG][V], gm[V], bt[V], acc[HG][V], pg[V], pb[V];
 #pragma unroll
   for (int i = 0; i < V; i++) {
-    const int c = apb_chan<V, CONTIG>(lane, i);
+    const int c = mf_row_chan<V, CONTIG>(lane, i);
     gm[i] = c < Cz ? mf_bf16_to_f32(gamma[c]) : 0.0f;
     bt[i] = c < Cz ? mf_bf16_to_f32(beta[c]) : 0.0f;
     pg[i] = pb[i] = 0.0f;
@@ -281,7 +272,7 @@ apb_bias_bwd_kernel(bf16 *__restrict__ dz, float *__restrict__ part, const bf16 
     if (wp == k) {
 #pragma unroll
       for (int i = 0; i < V; i++) {
-        const int c = apb_chan<V, CONTIG>(lane, i);
+        const int c = mf_row_chan<V, CONTIG>(lane, i);
         if (c >= Cz) continue;
 #pragma unroll
         for (int h = 0; h < HG; h++)
@@ -332,19 +323,7 @@ apb_bias_fwd_pipe_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
   float *tile = (float *)(zt + 2 * APB_TR * Cz);     /* (HG, APB_TR + 1) */
   const int lane = threadIdx.x % MF_WARP_SIZE, wp = threadIdx.x / MF_WARP_SIZE;
   float wf[HG][V], cb[HG];
-#pragma unroll
-  for (int h = 0; h < HG; h++) {
-    float t = 0.0f;
-#pragma unroll
-    for (int i = 0; i < V; i++) {
-      const int c = apb_chan<V, CONTIG>(lane, i);
-      const bool ok = h < H && c < Cz;
-      const float wv = ok ? mf_bf16_to_f32(w[(int64_t)h * Cz + c]) : 0.0f;
-      wf[h][i] = ok ? mf_bf16_to_f32(gamma[c]) * wv : 0.0f;
-      t += ok ? mf_bf16_to_f32(beta[c]) * wv : 0.0f;
-    }
-    cb[h] = mf_warp_sum(t);
-  }
+  apb_fwd_weights<V, CONTIG, HG>(wf, cb, gamma, beta, w, lane, Cz, H);
   int hl = 0;
 #pragma unroll
   for (int half = HG / 2, off = MF_WARP_SIZE / 2; half >= 1; half /= 2, off /= 2)
@@ -399,7 +378,7 @@ apb_bias_bwd_pipe_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
   float wr[HG][V], gm[V], bt[V], acc[HG][V], pg[V], pb[V];
 #pragma unroll
   for (int i = 0; i < V; i++) {
-    const int c = apb_chan<V, CONTIG>(lane, i);
+    const int c = mf_row_chan<V, CONTIG>(lane, i);
     gm[i] = c < Cz ? mf_bf16_to_f32(gamma[c]) : 0.0f;
     bt[i] = c < Cz ? mf_bf16_to_f32(beta[c]) : 0.0f;
     pg[i] = pb[i] = 0.0f;
@@ -489,7 +468,7 @@ apb_bias_bwd_pipe_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
     if (wp == k) {
 #pragma unroll
       for (int i = 0; i < V; i++) {
-        const int c = apb_chan<V, CONTIG>(lane, i);
+        const int c = mf_row_chan<V, CONTIG>(lane, i);
         if (c >= Cz) continue;
 #pragma unroll
         for (int h = 0; h < HG; h++)

@@ -1,5 +1,6 @@
 /* fusion_util.cuh — small device and host helpers private to the EvoFusion .cu files
- * (ln_linear, transition, trimul, dropout): the workspace carver, sigmoid, and the
+ * (ln_linear, transition, trimul, dropout, attn_pair_bias, triatt): the workspace carver,
+ * sigmoid, vector loads/stores, the warp-per-row channel layout and row load, and the
  * pointer-type shorthands. Not a public header; C code never includes it. */
 #ifndef MF_OPS_CUDA_FUSION_UTIL_CUH
 #define MF_OPS_CUDA_FUSION_UTIL_CUH
@@ -66,6 +67,35 @@ static __device__ __forceinline__ void mf_ldvf(float *f, const float *p) {
   } else {
 #pragma unroll
     for (int k = 0; k < VEC; k++) f[k] = p[k];
+  }
+}
+
+/* One warp per row of C channels, V values per lane (C <= 32·V). Channel of value i of a
+ * lane: contiguous when CONTIG (C == 32·V, V even: each lane owns V consecutive channels,
+ * loaded as bf16 pairs, so a warp moves whole 128-byte lines), else lane-strided
+ * (c = i·32 + lane, any C). */
+template <int V, bool CONTIG>
+static __device__ __forceinline__ int mf_row_chan(int lane, int i) {
+  return CONTIG ? lane * V + i : i * MF_WARP_SIZE + lane;
+}
+
+/* v[0..V) = row values (0 past C), as fp32. */
+template <int V, bool CONTIG>
+static __device__ __forceinline__ void mf_row_load_bf16(float *v, const bf16 *__restrict__ row,
+                                                        int lane, int C) {
+  if (CONTIG) {
+#pragma unroll
+    for (int i = 0; i < V; i += 2) {
+      const __nv_bfloat162 p = *(const __nv_bfloat162 *)(row + lane * V + i);
+      v[i] = __low2float(p);
+      v[i + 1] = __high2float(p);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      const int c = i * MF_WARP_SIZE + lane;
+      v[i] = c < C ? mf_bf16_to_f32(row[c]) : 0.0f;
+    }
   }
 }
 

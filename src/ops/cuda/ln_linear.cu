@@ -34,33 +34,7 @@ extern "C" int64_t mf_fusion_chunk_rows(int64_t M, size_t bytes_per_row) {
 
 /* ================================================================ LayerNorm rows */
 
-/* Channel of value i of a lane: contiguous pairs when CONTIG (C == 32·V, V even: each
- * lane owns V consecutive channels, loaded as bf16 pairs, so a warp moves whole 128-byte
- * lines), else lane-strided (c = i·32 + lane, any C). */
-template <int V, bool CONTIG>
-static __device__ __forceinline__ int ln_chan(int lane, int i) {
-  return CONTIG ? lane * V + i : i * MF_WARP_SIZE + lane;
-}
-
-/* v[0..V) = row values (0 past C), as fp32. */
-template <int V, bool CONTIG>
-static __device__ __forceinline__ void ln_load_bf16(float *v, const bf16 *__restrict__ row, int lane,
-                                                    int C) {
-  if (CONTIG) {
-#pragma unroll
-    for (int i = 0; i < V; i += 2) {
-      const __nv_bfloat162 p = *(const __nv_bfloat162 *)(row + lane * V + i);
-      v[i] = __low2float(p);
-      v[i + 1] = __high2float(p);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < V; i++) {
-      const int c = i * MF_WARP_SIZE + lane;
-      v[i] = c < C ? mf_bf16_to_f32(row[c]) : 0.0f;
-    }
-  }
-}
+/* The row layout and load (mf_row_chan, mf_row_load_bf16) are in fusion_util.cuh. */
 
 /* y (rows, C) = LN(x (rows, C)); one warp per row, V values per lane (C <= 32·V).
  * Statistics in fp32 from registers (two-pass variance). */
@@ -73,7 +47,7 @@ static __global__ void ln_rows_kernel(bf16 *__restrict__ y, float *__restrict__ 
   const int64_t r = (int64_t)blockIdx.x * (blockDim.x / MF_WARP_SIZE) + w;
   if (r >= rows) return;
   float v[V];
-  ln_load_bf16<V, CONTIG>(v, x + r * C, lane, C);
+  mf_row_load_bf16<V, CONTIG>(v, x + r * C, lane, C);
   float mu, rs;
   if (use_saved) {
     mu = mean[r];
@@ -87,7 +61,7 @@ static __global__ void ln_rows_kernel(bf16 *__restrict__ y, float *__restrict__ 
 #pragma unroll
     for (int i = 0; i < V; i++) {
       const float d = v[i] - mu;
-      q += ln_chan<V, CONTIG>(lane, i) < C ? d * d : 0.0f;
+      q += mf_row_chan<V, CONTIG>(lane, i) < C ? d * d : 0.0f;
     }
     rs = 1.0f / sqrtf(mf_warp_sum(q) / (float)C + (float)MF_LN_EPS);
     if (lane == 0 && mean) {
@@ -98,7 +72,7 @@ static __global__ void ln_rows_kernel(bf16 *__restrict__ y, float *__restrict__ 
   float o[V];
 #pragma unroll
   for (int i = 0; i < V; i++) {
-    const int c = ln_chan<V, CONTIG>(lane, i);
+    const int c = mf_row_chan<V, CONTIG>(lane, i);
     float t = (v[i] - mu) * rs;
     if (c < C) {
       if (mode != MF_LN_NONE) t *= mf_bf16_to_f32(gamma[c]);
@@ -134,7 +108,7 @@ static __global__ void ln_rows_bwd_kernel(bf16 *__restrict__ dx, float *__restri
   float pg[V], pb[V], gm[V];
 #pragma unroll
   for (int i = 0; i < V; i++) {
-    const int c = ln_chan<V, CONTIG>(lane, i);
+    const int c = mf_row_chan<V, CONTIG>(lane, i);
     pg[i] = 0.0f;
     pb[i] = 0.0f;
     gm[i] = (c < C && mode != MF_LN_NONE) ? mf_bf16_to_f32(gamma[c]) : 1.0f;
@@ -142,7 +116,7 @@ static __global__ void ln_rows_bwd_kernel(bf16 *__restrict__ dx, float *__restri
   for (int64_t r = (int64_t)blockIdx.x * nw + w; r < rows; r += (int64_t)gridDim.x * nw) {
     const float mu = mean[r], rs = rstd[r];
     float xh[V], d[V], g[V], sg = 0.0f, sgx = 0.0f;
-    ln_load_bf16<V, CONTIG>(xh, x + r * C, lane, C);
+    mf_row_load_bf16<V, CONTIG>(xh, x + r * C, lane, C);
     if (CONTIG) {
 #pragma unroll
       for (int i = 0; i < V; i += 2) {
@@ -159,7 +133,7 @@ static __global__ void ln_rows_bwd_kernel(bf16 *__restrict__ dx, float *__restri
     }
 #pragma unroll
     for (int i = 0; i < V; i++) {
-      const int c = ln_chan<V, CONTIG>(lane, i);
+      const int c = mf_row_chan<V, CONTIG>(lane, i);
       xh[i] = c < C ? (xh[i] - mu) * rs : 0.0f;
       g[i] = d[i] * gm[i];
       sg += g[i];
@@ -197,7 +171,7 @@ static __global__ void ln_rows_bwd_kernel(bf16 *__restrict__ dx, float *__restri
   }
 #pragma unroll
   for (int i = 0; i < V; i++) {
-    const int c = ln_chan<V, CONTIG>(lane, i);
+    const int c = mf_row_chan<V, CONTIG>(lane, i);
     if (c < C) {
       sm[w * 2 * C + c] = pg[i];
       sm[w * 2 * C + C + c] = pb[i];
@@ -548,7 +522,7 @@ ln_gemm_fused_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__
       continue;
     }
     float v[V];
-    ln_load_bf16<V, true>(v, x + r * C, lane, C);
+    mf_row_load_bf16<V, true>(v, x + r * C, lane, C);
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < V; i++) s += v[i];
