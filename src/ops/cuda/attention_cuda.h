@@ -19,6 +19,9 @@
  * that pass's grid is short of full waves and dq is wanted, r is split into a few ranges
  * whose fp32 partial sums borrow dq's buffer (before dq is computed) and are summed in
  * range order: still deterministic, and no memory beyond the arguments and workspace.
+ * The number of ranges follows from the grid and the GPU's SM count and occupancy, so
+ * results are bit-identical run to run on one GPU model; another model (another SM count)
+ * may round dbias differently.
  * Unlike the CPU reference, the backward takes the forward's output `out` (gated):
  * Di = Σ_d dout·out and dgate = dout·out·(1 − σ(gate)) then need no recomputation. */
 #ifndef MF_OPS_CUDA_ATTENTION_CUDA_H
