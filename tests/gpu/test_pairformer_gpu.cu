@@ -134,11 +134,12 @@ typedef struct {
   float *grads;
 } gpu_results;
 
-static void gpu_run_blocks(const problem *P, mf_stack_policy pol, gpu_results *g, int reps,
-                           int run_blocks) {
+/* A stack planned for crops up to N_max (0: P->N) runs P's crop. */
+static void gpu_run_planned(const problem *P, mf_stack_policy pol, gpu_results *g, int reps,
+                            int run_blocks, int N_max) {
   mf_pf_cuda_stack st;
-  MF_ASSERT(mf_pf_cuda_stack_init(&st, &P->t, pol, P->N, 0, 0) == MF_OK, "%s",
-            mf_error_message());
+  MF_ASSERT(mf_pf_cuda_stack_init(&st, &P->t, pol, N_max > 0 ? N_max : P->N, 0, 0) == MF_OK,
+            "%s", mf_error_message());
   mf_pf_cuda_stack_set_run_blocks(&st, run_blocks);
   float *master = new_f32(P->params, P->t.total);
   mf_pf_cuda_stack_set_params(&st, master);
@@ -177,6 +178,11 @@ static void gpu_run_blocks(const problem *P, mf_stack_policy pol, gpu_results *g
   cudaFree(s);
   cudaFree(z);
   cudaFree(mask);
+}
+
+static void gpu_run_blocks(const problem *P, mf_stack_policy pol, gpu_results *g, int reps,
+                           int run_blocks) {
+  gpu_run_planned(P, pol, g, reps, run_blocks, 0);
 }
 
 static void gpu_run(const problem *P, mf_stack_policy pol, gpu_results *g, int reps) {
@@ -400,6 +406,41 @@ static void check_planner(void) {
   mf_params_free(&t);
 }
 
+/* A stack planned at N_max runs every crop N <= N_max, also where the ops' workspace at N
+ * is larger than at N_max (their row chunking is not monotone in N): it must equal, bit for
+ * bit, the stack planned at N itself. */
+static void check_crop_below_plan(void) {
+  mf_pairformer_config c = mf_pairformer_config_default();
+  size_t best = 0;
+  int n_best = 0, m = 0;
+  for (int n = 1; n <= 1024 && !m; n++) {
+    size_t w = mf_pf_cuda_block_workspace(&c, n);
+    if (w > best) best = w, n_best = n;
+    else if (w < best) m = n;
+  }
+  if (!m) { /* the workspace is monotone up to 1024: the envelope is the workspace itself */
+    int same = 1;
+    for (int n = 1; n <= 1024; n++)
+      same &= mf_pf_cuda_block_workspace_upto(&c, n) == mf_pf_cuda_block_workspace(&c, n);
+    MF_TEST(same, "block workspace monotone up to N = 1024 and block_workspace_upto equal to it");
+    return;
+  }
+  int upto_ok = 1;
+  for (int n = 1; n <= m; n++)
+    upto_ok &= mf_pf_cuda_block_workspace_upto(&c, m) >= mf_pf_cuda_block_workspace(&c, n);
+  MF_TEST(upto_ok, "block_workspace_upto(%d) covers every crop up to it", m);
+  problem P;
+  problem_make(&P, c, 1, n_best, 1, 1, 21);
+  gpu_results a, b;
+  gpu_run_planned(&P, (mf_stack_policy){MF_STACK_RECOMPUTE, 0}, &a, 1, 0, m);
+  gpu_run(&P, (mf_stack_policy){MF_STACK_RECOMPUTE, 0}, &b, 1);
+  MF_TEST(gpu_same(&P, &a, &b), "N = %d in a stack planned at N_max = %d equals the stack "
+          "planned at N = %d bit for bit", n_best, m, n_best);
+  gpu_free(&a);
+  gpu_free(&b);
+  problem_free(&P);
+}
+
 static void time_block(int N) {
   mf_pairformer_config c = mf_pairformer_config_default();
   problem P;
@@ -451,6 +492,7 @@ int main(void) {
   check_run_blocks((mf_stack_policy){MF_STACK_RECOMPUTE, 0});
   check_run_blocks((mf_stack_policy){MF_STACK_EVERY_K, 3});
   check_planner();
+  check_crop_below_plan();
   if (getenv("MF_PARITY_OUT")) {
     write_bundle(getenv("MF_PARITY_OUT"), "gpu_small_L2_N29", small_config(), 29);
     write_bundle(getenv("MF_PARITY_OUT"), "gpu_af3_L2_N40", af3, 40);

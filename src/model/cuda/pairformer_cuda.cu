@@ -210,6 +210,12 @@ size_t mf_pf_cuda_block_workspace(const mf_pairformer_config *c, int N) {
   return w;
 }
 
+size_t mf_pf_cuda_block_workspace_upto(const mf_pairformer_config *c, int N_max) {
+  size_t w = 0;
+  for (int n = 1; n <= N_max; n++) w = max_sz(w, mf_pf_cuda_block_workspace(c, n));
+  return w;
+}
+
 /* ---------------------------------------------------------------- profiling */
 static mf_pf_cuda_profile *g_prof;
 static cudaEvent_t g_ev[MF_PF_SUBLAYERS + 1];
@@ -396,7 +402,7 @@ mf_stack_sizes mf_pf_cuda_sizes(const mf_pairformer_config *c, int N, void *ctx)
   z.input_bytes = (int64_t)input_bytes(c, N);
   z.saved_bytes = (int64_t)mf_pf_cuda_block_saved_bytes(c, N);
   z.grad_bytes = 0; /* the backward works in place in the caller's ds, dz */
-  z.fixed_bytes = (int64_t)(mf_pf_cuda_block_workspace(c, N) + mask_bytes(N));
+  z.fixed_bytes = (int64_t)(mf_pf_cuda_block_workspace_upto(c, N) + mask_bytes(N));
   return z;
 }
 
@@ -414,7 +420,7 @@ mf_status mf_pf_cuda_stack_init(mf_pf_cuda_stack *st, const mf_params_table *t,
   st->N_max = N_max;
   st->stream = stream;
   mf_pf_cuda_layout_make(&st->layout, t);
-  st->ws_bytes = mf_pf_cuda_block_workspace(&t->config, N_max);
+  st->ws_bytes = mf_pf_cuda_block_workspace_upto(&t->config, N_max);
   const int64_t BN = st->layout.block_numel;
   cudaError_t ce = cudaSuccess;
   const char *what = "the activation arena";

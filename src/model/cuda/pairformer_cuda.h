@@ -101,6 +101,11 @@ void mf_pf_cuda_bind_grads(mf_pf_cuda_grads *g, const mf_pf_cuda_layout *lay, fl
 /* Bytes of one block's saved buffer and of the transient workspace, at crop N. */
 size_t mf_pf_cuda_block_saved_bytes(const mf_pairformer_config *c, int N);
 size_t mf_pf_cuda_block_workspace(const mf_pairformer_config *c, int N);
+/* The workspace that serves every crop n <= N_max: the maximum of block_workspace over
+ * 1..N_max. The ops' workspaces are not monotone in N (their row chunks change with N:
+ * at the AF3 dims, block_workspace(483) is 0.60× block_workspace(482)), so a stack planned
+ * at N_max sizes its workspace with this. */
+size_t mf_pf_cuda_block_workspace_upto(const mf_pairformer_config *c, int N_max);
 
 /* pm (N, N) = mask_i · mask_j (device; mask (N) uint8 1 = valid). */
 void mf_pf_cuda_pair_mask(uint8_t *pm, const uint8_t *mask, int N, cudaStream_t stream);
