@@ -21,6 +21,7 @@
 #include "model/stack.h"
 #include "ops/cuda/device.h"
 #include "ops/cuda/gpu.h"
+#include "ops/cuda/ln_linear_cuda.h"
 
 #include "gpu_test_util.h"
 
@@ -488,6 +489,11 @@ int main(void) {
   check_vs_cpu("small N=37 L=2 mask drop", small_config(), 2, 37, 1, 1, 12);
   check_vs_cpu("af3 N=24 mask drop", af3, 1, 24, 1, 1, 13);
   check_vs_cpu("af3 N=48", af3, 1, 48, 0, 0, 14);
+  /* the ops' row chunks forced small (300 rows: 6 chunks of the 1600 pair rows, the last
+   * partial and not a multiple of N), so the block runs every op's multi-chunk path */
+  int64_t old_chunk = mf_fusion_set_chunk_rows(300);
+  check_vs_cpu("af3 N=40 mask drop chunk=300", af3, 1, 40, 1, 1, 15);
+  mf_fusion_set_chunk_rows(old_chunk);
   check_policies();
   check_run_blocks((mf_stack_policy){MF_STACK_RECOMPUTE, 0});
   check_run_blocks((mf_stack_policy){MF_STACK_EVERY_K, 3});
