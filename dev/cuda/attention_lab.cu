@@ -13,12 +13,21 @@
  *   v3 g21, v4 g12, v5 g22   the same kernels with CTAs of 2 or 4 warpgroups sharing the
  *                tiles they stream (layouts (2,1), (1,2), (2,2) in every kernel;
  *                set_variant(3..5))
- *   v6 shipped   set_variant(0): the layout per kernel that the timings chose, and the
- *                dbias pass split into row ranges when its grid is short of full waves
+ *   v6 3-pass    set_variant(6): v2's layout and the dbias pass split into row ranges
+ *                when its grid is short of full waves (the default until step 7)
+ *   v7 fused     set_variant(7): dK, dV and dQ in one pass (a CTA per (b, r, h) slab,
+ *                key tiles outer, query tiles inner, dQ in an fp32 accumulator of the
+ *                whole slab in shared memory or in the CTA's global scratch), dbias as v6
+ *   v8 fused-gmem, v9 fused-smem   v7 with the dQ accumulator forced into global scratch
+ *                or shared memory (set_variant(8), (9)); va, vb: v8 with the fused
+ *                kernel's step schedule 0 (three barriers per step) or 2 (two, dV/dK
+ *                products after the dSᵀ barrier) in place of 1 (set_variant(10), (11))
  *
  *   attention_lab [N_time...]  (default 512: R = N, H = 4, D = 32; per-kernel backward
  *                              times = backward with only dK/dV, only dQ, dQ + dbias minus
- *                              dQ; LAB_VERSIONS=26 times only v2 and v6)
+ *                              dQ; for v7..v9: the fused pass (dQ, dK, dV, no dbias)
+ *                              and dbias = all − fused; fwd+bwd timed as one;
+ *                              LAB_VERSIONS=2678 times only those versions)
  * Not a test (tests/gpu/test_attention_gpu.cu is) and not the benchmark (bench/). */
 #ifndef MF_REAL_DOUBLE
 #define MF_REAL_DOUBLE 1 /* the oracle library is the double build */
@@ -181,11 +190,12 @@ static void free_problem(problem *p) {
     if (ps[i]) MF_CHECK_CUDA(cudaFree(ps[i]));
 }
 
-#define NVER 7
-static const int ver_variant[NVER] = {-1, 1, 2, 3, 4, 5, 0};
+#define NVER 12
+static const int ver_variant[NVER] = {-1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
 
-/* which: 0 all gradients, 1 dK/dV only, 2 dQ only, 3 dQ and dbias (each with the
- * prologue; the dbias pass alone is 3 minus 2, since its split form borrows dq's buffer) */
+/* which: 0 all gradients, 1 dK/dV only, 2 dQ only, 3 dQ and dbias, 4 dQ, dK, dV (each
+ * with the prologue; the dbias pass alone is 3 minus 2, since its split form borrows dq's
+ * buffer; the fused pass is 4) */
 static int g_which = 0;
 
 static void run_fwd(problem *p, int version) {
@@ -203,12 +213,14 @@ static void run_fwd(problem *p, int version) {
 static void run_bwd(problem *p, int version) {
   mf_attention_cuda_set_variant(ver_variant[version]);
   const int w = g_which;
-  mf_attention_backward_cuda(w != 1 ? p->dq : NULL, w == 0 || w == 1 ? p->dk : NULL,
-                             w == 0 || w == 1 ? p->dv : NULL, w == 0 || w == 3 ? p->dbias : NULL,
+  const int kv = w == 0 || w == 1 || w == 4;
+  mf_attention_backward_cuda(w != 1 ? p->dq : NULL, kv ? p->dk : NULL, kv ? p->dv : NULL,
+                             w == 0 || w == 3 ? p->dbias : NULL,
                              NULL, p->dout, p->out, p->lse, p->q,
                              p->k, p->v, p->bias, p->mask, NULL, p->d, p->ws, p->wsb, 0);
 }
 
+/* bwd: 0 forward, 1 backward, 2 forward + backward */
 static float time_ms(problem *p, int version, int bwd) {
   cudaEvent_t e0, e1;
   MF_CHECK_CUDA(cudaEventCreate(&e0));
@@ -218,8 +230,8 @@ static float time_ms(problem *p, int version, int bwd) {
   if (bwd) run_bwd(p, version);
   for (int rep = 0; rep < 7; rep++) {
     MF_CHECK_CUDA(cudaEventRecord(e0));
+    if (bwd != 1) run_fwd(p, version);
     if (bwd) run_bwd(p, version);
-    else run_fwd(p, version);
     MF_CHECK_CUDA(cudaEventRecord(e1));
     MF_CHECK_CUDA(cudaEventSynchronize(e1));
     MF_CHECK_CUDA(cudaEventElapsedTime(&best[rep], e0, e1));
@@ -243,7 +255,9 @@ static int same_dev(const void *a, const void *b, size_t n) {
 }
 
 int main(int argc, char **argv) {
-  const char *names[NVER] = {"v0 simt", "v1 portable", "v2 mma", "v3 g21", "v4 g12", "v5 g22", "v6 shipped"};
+  const char *names[NVER] = {"v0 simt", "v1 portable", "v2 mma", "v3 g21", "v4 g12", "v5 g22",
+                             "v6 3-pass", "v7 fused", "v8 fused-g", "v9 fused-s", "va fused-g0",
+                             "vb fused-g2"};
   /* validation: B=1, R=5, H=3, N=130, D=32, bias and mask (one fully masked r); R odd so
    * that a CTA of two row warpgroups has one past the end */
   mf_attn_dims dv = {1, 5, 3, 130, 130, 32, 1.0 / sqrt(32.0)};
@@ -307,13 +321,19 @@ int main(int argc, char **argv) {
            "only that gradient, prologue included; dbias: (dq + dbias) - dq):\n", Nt);
     for (int ver = 0; ver < NVER; ver++) {
       if (ver < 2 && Nt > 512) continue; /* the slow versions only at small N */
-      if (getenv("LAB_VERSIONS") && !strchr(getenv("LAB_VERSIONS"), '0' + ver)) continue;
+      if (getenv("LAB_VERSIONS") && !strchr(getenv("LAB_VERSIONS"), "0123456789ab"[ver])) continue;
       const float tf = time_ms(&pt, ver, 0);
       printf("  %-12s fwd %8.3f ms (%6.1f TFLOP/s)", names[ver], tf, f1 / tf / 1e9);
       if (ver > 0) {
         const float tb = time_ms(&pt, ver, 1);
         printf("  bwd %8.3f ms (%6.1f TFLOP/s)", tb, 2.5 * f1 / tb / 1e9);
-        if (ver > 1) {
+        if (ver > 1) printf("  fwd+bwd %8.3f", time_ms(&pt, ver, 2));
+        if (ver >= 7) {
+          g_which = 4;
+          const float tf4 = time_ms(&pt, ver, 1);
+          g_which = 0;
+          printf("  fused %7.3f  dbias %7.3f", tf4, tb - tf4);
+        } else if (ver > 1) {
           float tk[3];
           for (int w = 1; w <= 3; w++) {
             g_which = w;

@@ -4,10 +4,12 @@
  * dbias, dgate) by relative error, every output poisoned with NaN before the run, and
  * two runs bit-identical. Shapes: N ∈ {1, 7, 63, 64, 65, 200, 384}, R ∈ {1, 5, N}, head
  * dims 32, 24, 48, 16, 8, random key masks with fully masked rows, with and without a
- * gate; both kernel variants (tensor cores and the portable path).
+ * gate; the kernel variants: tensor cores (the default), the portable path, the three-pass
+ * backward (6) and the fused dK/dV/dQ pass with its dQ accumulator forced into global
+ * scratch (8; 10, 11: the other step schedules) or shared memory (9).
  * For R = N = 384 the double reference runs on a subset of the rows r (each r is an
  * independent attention), so dbias (a sum over every r) is checked there only through
- * the smaller shapes. MF_ATT_TEST_SMALL=1 runs three small cases only (for
+ * the smaller shapes. MF_ATT_TEST_SMALL=1 runs seven small cases only (for
  * compute-sanitizer memcheck and racecheck). Needs a GPU; not a benchmark. */
 #include <math.h>
 #include <stdio.h>
@@ -152,7 +154,9 @@ static void run_case(const att_case *c, int variant, uint64_t seed) {
   run_gpu(&g2, &d, dq_, dk_, dv_, db_, dm_, dg_, ddo);
 
   char tag[160];
-  snprintf(tag, sizeof tag, "%s B=%d R=%d H=%d N=%d D=%d%s%s%s", variant ? "portable" : "mma", B,
+  static const char *vname[12] = {"mma",   "portable",   "v2",         "v3",        "v4",        "v5",
+                                  "3-pass", "fused", "fused-gmem", "fused-smem", "fused-g-s0", "fused-g-s2"};
+  snprintf(tag, sizeof tag, "%s B=%d R=%d H=%d N=%d D=%d%s%s%s", vname[variant], B,
            R, H, N, D, c->bias ? " bias" : "", c->mask ? " mask" : "", c->gate ? " gate" : "");
 
   /* reference, on all rows r or on a subset */
@@ -255,6 +259,8 @@ int main(void) {
     run_case(&a, 0, 11);
     run_case(&b, 0, 12);
     run_case(&a, 1, 13);
+    const att_case f = {1, 2, 2, 130, 32, 1, 1, 1, 0}; /* the fused pass, 3 query tiles */
+    for (int v = 8; v <= 11; v++) run_case(&f, v, 14 + v);
     return mf_test_end();
   }
   const int Ns[] = {1, 7, 63, 64, 65, 200, 384};
@@ -297,6 +303,27 @@ int main(void) {
     run_case(&c1, 1, seed += 100);
     run_case(&c2, 1, seed += 100);
     run_case(&c3, 1, seed += 100);
+  }
+  /* the backward's passes as variants: 6 = three recompute passes (dK/dV, dQ, dbias); the
+   * fused dK/dV/dQ pass with its dQ accumulator forced into global scratch (8: persistent
+   * CTAs, several slabs per CTA when B·R·H exceeds the resident CTAs) or into shared
+   * memory (9); 10, 11 = 8 with the fused kernel's other step schedules. Odd N, masks
+   * with a fully masked row r, gates, every head dim. */
+  {
+    const att_case cs[] = {
+        {1, 5, 4, 130, 32, 1, 1, 1, 0}, {2, 3, 2, 65, 48, 1, 1, 0, 0},
+        {1, 7, 3, 200, 16, 1, 1, 1, 0}, {1, 4, 2, 63, 24, 0, 1, 0, 0},
+        {1, 3, 2, 129, 64, 1, 1, 1, 0}, {1, 6, 2, 64, 8, 1, 0, 1, 0},
+    };
+    for (int v = 6; v <= 11; v++)
+      for (int i = 0; i < (int)(sizeof cs / sizeof cs[0]); i++) {
+        if (v == 6 && i >= 2) break;
+        run_case(&cs[i], v, seed += 100);
+      }
+    /* many slabs per persistent CTA in the global mode: B·R·H = 2·100·4 = 800 > resident CTAs */
+    const att_case big = {2, 100, 4, 70, 32, 1, 1, 1, 3};
+    run_case(&big, 8, seed += 100);
+    run_case(&big, 11, seed += 100);
   }
   mf_attention_cuda_set_variant(0);
   return mf_test_end();

@@ -23,6 +23,12 @@
  *   dbias_kernel   one CTA per (b, h, query tile, key tile), loops over r = 0..R-1 in
  *                  order, accumulating dS in fp32 registers: dbias = Σ_r dS without
  *                  atomics, bit-identical run to run, extra memory O(B·H·Q·K) = dbias.
+ *   fused_kernel   (the default for R > 1 when dQ and dK/dV are both wanted; replaces
+ *                  dkdv_kernel + dq_kernel) one CTA per (b, r, h) slab at a time: key tiles
+ *                  outer as in dkdv_kernel, and each step's dQ contribution dS·K added to
+ *                  an fp32 accumulator of all the slab's query rows (shared memory, or the
+ *                  CTA's own global scratch), each slot read and written by one thread in
+ *                  key-tile order: no atomics, one recompute of P fewer.
  * No kernel uses atomics; every output element is written by exactly one thread.
  * Fully masked rows (no valid key): out = 0, lse = -inf, zero gradients, no NaN.
  * Version history and timings: dev/cuda/README.md.
@@ -51,7 +57,11 @@ static_assert(MF_WARP_SIZE == 32, "the m16n8k16 fragment layout is that of a 32-
 
 typedef mf_bf16_t bf16;
 
-static int g_variant = 0; /* 0: mma.sync, 1: portable */
+/* 0: the default (ATT_DEFAULT_VARIANT), 1: portable, 2..5: lab layouts, 6: three
+ * backward passes (split dbias), 7: fused dK/dV/dQ pass, 8 / 9: fused with the dQ
+ * accumulator forced into global scratch / shared memory (tests and lab), 10 / 11: 8 with
+ * the step schedule 0 / 2 of fused_kernel (lab, tests) */
+static int g_variant = 0;
 
 /* ------------------------------------------------------------------------------------
  * Fragment primitives. A fragment of m16n8k16 (bf16): lane = 4g + t;
@@ -362,6 +372,7 @@ typedef struct {
   float scale;
   int rs;           /* dbias pass: rows r split into rs ranges (1: no split) */
   float *dbp;       /* rs > 1: (rs,B,H,Q,K) fp32 partial sums (scratch in dq's buffer) */
+  float *dqacc;     /* fused pass, global mode: (grid, nqb·64, DP) fp32 dQ accumulators */
 } att_params;
 
 /* Logits of this warp's (16 rows, 64 keys) tile, in place: s ← scale·s + bias, or -inf
@@ -961,6 +972,201 @@ __global__ void dbias_reduce_kernel(bf16 *dbias, const float *part, int rs, int6
 }
 
 /* ------------------------------------------------------------------------------------
+ * Fused dK, dV, dQ (dev/cuda/README.md, step 7). One CTA (4 warps) owns a whole
+ * (b, r, h) slab at a time: for each key tile in order (outer) it does the work of one
+ * dkdv_kernel CTA (dK, dV of the tile in registers over all query tiles, inner), and at
+ * each (key tile, query tile) step also adds the step's dQ contribution dS·K (16 queries
+ * × 64 keys per warp) to an fp32 dQ accumulator of all the slab's query rows:
+ *   - the warps store dSᵀ (bf16, the same rounding as the dq pass) to shared memory; after
+ *     a barrier warp w takes its 16 query rows of dS (ldmatrix.trans) for all 64 keys and
+ *     multiplies by the key tile (the warps split the queries, so no partial dQ is ever
+ *     combined across warps);
+ *   - the accumulator is in fragment order: slot (query tile, warp, lane) holds one
+ *     thread's DP/2 floats, read and written by that thread only, in key-tile order, so
+ *     dQ = scale·Σ_kb Σ_k dS·K sums in the same order every run (no atomics);
+ *   - GACC = false: the accumulator lives in shared memory (nqb·64·DP·4 bytes);
+ *     GACC = true: in a global fp32 scratch owned by the CTA (grid = resident CTAs, each
+ *     walking slabs blockIdx.x, + gridDim.x, …), the slot of the next query tile
+ *     prefetched by cp.async with the Q/dO tiles into a two-stage buffer, and written back
+ *     by plain stores. Every write of a slot is followed by a __syncthreads before the
+ *     cp.async that reads it back;
+ *   - the last key tile writes dQ as bf16 (no final accumulator pass); the first one does
+ *     not read the accumulator.
+ * Step schedules (SCHED; README step 7): 0 = dkdv_kernel's two barriers per step (tile
+ * ready; stage free) plus the dSᵀ one; 1 = two: the next tile's prefetch is issued after
+ * the barrier that follows the previous step's last reads, so no end-of-step barrier;
+ * 2 = 1 with the dV, dK products moved after the dSᵀ barrier, beside the dQ products.
+ * dq, dk, dv (B,R,H,·,D); p.dqacc (gridDim.x, nqb, 4, DP/8, 32) float4 when GACC. */
+template <int DP, bool GACC, int SCHED>
+__global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_kernel(att_params p) {
+  constexpr bool MMA = true;
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int TP = DP + 8, TILE = 64 * TP, BT = ATT_BQ * ATT_BP, ND = DP / 8, SP = ATT_BQ + 8;
+  bf16 *s0 = reinterpret_cast<bf16 *>(smem);
+  bf16 *Ks = s0, *Vs = s0 + TILE;              /* [TILE] each */
+  bf16 *Qs = s0 + 2 * TILE, *dOs = s0 + 4 * TILE; /* [2][TILE] each */
+  bf16 *Bs = s0 + 6 * TILE;                    /* [2][BT] */
+  bf16 *St = Bs + 2 * BT;                      /* [BK][SP]: dSᵀ (keys, queries) */
+  float *Ls = reinterpret_cast<float *>(St + ATT_BK * SP); /* [2][BQ] lse·log2e */
+  float *Ds = Ls + 2 * ATT_BQ;                             /* [2][BQ] Di */
+  float4 *Acc = reinterpret_cast<float4 *>(Ds + 2 * ATT_BQ); /* [2 or nqb][4][ND][32] */
+  uint8_t *Ms = reinterpret_cast<uint8_t *>(Acc + (GACC ? 2 : p.nqb) * ATT_WARPS * ND * 32);
+
+  const int Q = p.Q, K = p.K, D = p.D, nqb = p.nqb, nkb = p.nkb;
+  const int warp = threadIdx.x / MF_WARP_SIZE, lane = threadIdx.x % MF_WARP_SIZE;
+  const int gq = lane >> 2, t = lane & 3;
+  const row_plan<DP> rp(D);
+  const bias_plan bp(K);
+  const int64_t nslab = (int64_t)p.B * p.R * p.H;
+  float4 *gacc = GACC ? reinterpret_cast<float4 *>(p.dqacc) + (int64_t)blockIdx.x * nqb * ATT_WARPS * ND * 32 : NULL;
+  /* this thread's float4 slots: Acc / gacc + slot(tile or stage) */
+  auto slot = [&](int i, int nd) { return ((i * ATT_WARPS + warp) * ND + nd) * 32 + lane; };
+
+  for (int64_t brh = blockIdx.x; brh < nslab; brh += gridDim.x) {
+    const int h = (int)(brh % p.H);
+    const int64_t br = brh / p.H;
+    const int b = (int)(br / p.R);
+    const bf16 *qg = p.q + brh * Q * D, *dog = p.dO + brh * Q * D;
+    const uint8_t *mg = p.mask ? p.mask + br * K : NULL;
+    const float *lg = p.lse + brh * Q, *dig = p.Di + brh * Q;
+    for (int kb = 0; kb < nkb; kb++) {
+      const int k0 = kb * ATT_BK;
+      const bf16 *kg = p.k + (brh * K + k0) * D, *vg = p.v + (brh * K + k0) * D;
+      const bf16 *bg = p.bias ? p.bias + ((int64_t)b * p.H + h) * Q * K + k0 : NULL;
+      auto prefetch = [&](int it, int sn) {
+        const int q1 = it * ATT_BQ;
+        rp.template load<MMA>(Qs + sn * TILE, qg + (int64_t)q1 * D, Q - q1);
+        rp.template load<MMA>(dOs + sn * TILE, dog + (int64_t)q1 * D, Q - q1);
+        for (int c = threadIdx.x; c < ATT_BQ; c += ATT_THREADS) {
+          Ls[sn * ATT_BQ + c] = q1 + c < Q ? lse_log2(lg[q1 + c]) : INFINITY;
+          Ds[sn * ATT_BQ + c] = q1 + c < Q ? dig[q1 + c] : 0.f;
+        }
+        bp.template load<MMA>(Bs + sn * BT, bg ? bg + (int64_t)q1 * K : NULL, Q - q1, K - k0);
+        if (GACC && kb > 0)
+#pragma unroll
+          for (int nd = 0; nd < ND; nd++) cp_async16<MMA>(Acc + slot(sn, nd), gacc + slot(it, nd), true);
+      };
+
+      __syncthreads(); /* the previous key tile is done with every buffer */
+      rp.template load<MMA>(Ks, kg, K - k0);
+      rp.template load<MMA>(Vs, vg, K - k0);
+      load_mask(Ms, mg, k0, K);
+      prefetch(0, 0);
+      cp_async_commit<MMA>();
+      cp_async_wait<MMA, 0>();
+      __syncthreads();
+      uint32_t kf[DP / 16][4], vf[DP / 16][4];
+      load_a_frags<DP, MMA>(kf, Ks, warp);
+      load_a_frags<DP, MMA>(vf, Vs, warp);
+      const bool kv0 = Ms[warp * 16 + gq] != 0, kv1 = Ms[warp * 16 + gq + 8] != 0;
+
+      float dk[DP / 8][4], dv[DP / 8][4];
+#pragma unroll
+      for (int i = 0; i < DP / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
+
+      for (int it = 0; it < nqb; it++) {
+        const int st = it & 1;
+        if constexpr (SCHED == 0) { /* three barriers per step, as dkdv_kernel + one */
+          if (it + 1 < nqb) prefetch(it + 1, st ^ 1);
+          cp_async_commit<MMA>();
+          cp_async_wait<MMA, 1>();
+          __syncthreads();
+        } else { /* two: the prefetch after the barrier that ends the previous step's reads */
+          if (it > 0) {
+            cp_async_wait<MMA, 0>();
+            __syncthreads();
+          }
+          if (it + 1 < nqb) prefetch(it + 1, st ^ 1);
+          cp_async_commit<MMA>();
+        }
+        const bf16 *qs = Qs + st * TILE, *dos = dOs + st * TILE, *bs = Bs + st * BT;
+        const float *ls = Ls + st * ATT_BQ, *ds = Ds + st * ATT_BQ;
+
+        float s[8][4], dp[8][4];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.f;
+        mm_abt<DP, MMA>(s, kf, qs);   /* Sᵀ = K·Qᵀ    (16 keys, 64 queries) */
+        mm_abt<DP, MMA>(dp, vf, dos); /* dPᵀ = V·dOᵀ */
+#pragma unroll
+        for (int nb = 0; nb < 8; nb += 2) {
+          uint32_t bb[4];
+          ldsm_x4<MMA, true>(bb, bs + ((nb + lane / 16) * 8 + lane % 8) * ATT_BP + warp * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+          for (int hh = 0; hh < 2; hh++) {
+            const int n = nb + hh, qc = n * 8 + 2 * t;
+            const float2 L = *reinterpret_cast<const float2 *>(ls + qc);
+            const float2 Dv = *reinterpret_cast<const float2 *>(ds + qc);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+              const bool kv = (e >> 1) ? kv1 : kv0;
+              const uint32_t w = bb[2 * hh + (e >> 1)];
+              const float bv = (e & 1) ? hi_f(w) : lo_f(w);
+              const float pv = kv ? fast_exp2<MMA>(fmaf(fmaf(s[n][e], p.scale, bv), ATT_LOG2E, -((e & 1) ? L.y : L.x)))
+                                  : 0.f;
+              s[n][e] = pv;                                        /* Pᵀ */
+              dp[n][e] = pv * (dp[n][e] - ((e & 1) ? Dv.y : Dv.x)); /* dSᵀ */
+            }
+            /* dSᵀ rows (keys) g, g+8 of this warp, queries qc, qc+1 */
+            *reinterpret_cast<uint32_t *>(St + (warp * 16 + gq) * SP + qc) = pack_bf16x2(dp[n][0], dp[n][1]);
+            *reinterpret_cast<uint32_t *>(St + (warp * 16 + gq + 8) * SP + qc) = pack_bf16x2(dp[n][2], dp[n][3]);
+          }
+        }
+        if constexpr (SCHED != 2) {
+          mm_pm<DP, MMA>(dv, s, dos);  /* dV += Pᵀ·dO */
+          mm_pm<DP, MMA>(dk, dp, qs);  /* dK += dSᵀ·Q */
+        }
+        __syncthreads();             /* dSᵀ complete */
+
+        /* dQ rows it·64 + 16·warp + [0, 16) += dS (16, 64 keys) · K (64, DP) */
+        float c[ND][4];
+#pragma unroll
+        for (int nd = 0; nd < ND; nd++) {
+          if (kb == 0) {
+            c[nd][0] = c[nd][1] = c[nd][2] = c[nd][3] = 0.f;
+          } else {
+            const float4 a = Acc[slot(GACC ? st : it, nd)];
+            c[nd][0] = a.x; c[nd][1] = a.y; c[nd][2] = a.z; c[nd][3] = a.w;
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) { /* keys 16j..16j+15 */
+          uint32_t a[4];
+          ldsm_x4<MMA, true>(a, St + (j * 16 + (lane / 16) * 8 + lane % 8) * SP + warp * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+          for (int n2 = 0; n2 < DP / 16; n2++) {
+            uint32_t bk[4];
+            ldsm_x4<MMA, true>(bk, Ks + (j * 16 + ((lane / 8) % 2) * 8 + lane % 8) * TP + n2 * 16 + (lane / 16) * 8);
+            mma_16816<MMA>(c[2 * n2], a, bk[0], bk[1]);
+            mma_16816<MMA>(c[2 * n2 + 1], a, bk[2], bk[3]);
+          }
+        }
+        if (kb == nkb - 1) {
+          store_rows<DP>(p.dq + brh * Q * D, c, it * ATT_BQ + warp * 16, Q, D, p.scale);
+        } else {
+#pragma unroll
+          for (int nd = 0; nd < ND; nd++) {
+            const float4 v = make_float4(c[nd][0], c[nd][1], c[nd][2], c[nd][3]);
+            if (GACC) gacc[slot(it, nd)] = v;
+            else Acc[slot(it, nd)] = v;
+          }
+        }
+        if constexpr (SCHED == 2) { /* after the barrier, beside the dQ products */
+          mm_pm<DP, MMA>(dv, s, dos);
+          mm_pm<DP, MMA>(dk, dp, qs);
+        }
+        if constexpr (SCHED == 0) __syncthreads(); /* dSᵀ and the stage are refilled next */
+      }
+      if (p.dk) store_rows<DP>(p.dk + brh * K * D, dk, k0 + warp * 16, K, D, p.scale);
+      if (p.dv) store_rows<DP>(p.dv + brh * K * D, dv, k0 + warp * 16, K, D, 1.f);
+    }
+  }
+}
+
+/* ------------------------------------------------------------------------------------
  * Launchers: shared memory per kernel, head-dim dispatch. */
 
 static size_t tile_bytes(int DP) { return (size_t)64 * (DP + 8) * sizeof(bf16); }
@@ -1008,10 +1214,14 @@ typedef struct {
 #define ATT_CFG_DKDV 0
 #define ATT_CFG_DQ 0
 #define ATT_CFG_DBIAS 0
+/* The backward that variant 0 runs: 6 (three passes) or 7 (fused dK/dV/dQ), README step 7 */
+#define ATT_DEFAULT_VARIANT 7
+/* fused_kernel's step schedule for variants 7..9 (README step 7) */
+#define ATT_FUSED_SCHED 1
 
 static att_cfgs pick_cfgs(const att_params &p) {
   if (g_variant == 1 || g_variant == 2 || p.R == 1) return att_cfgs{0, 0, 0, 0};
-  if (g_variant >= 3) { /* lab: one layout for all kernels */
+  if (g_variant >= 3 && g_variant <= 5) { /* lab: one layout for all kernels */
     const int c = g_variant - 2;
     return att_cfgs{c, c, c, c};
   }
@@ -1132,22 +1342,91 @@ static void forward_dp(const att_params &p, cudaStream_t stream) {
   with_cfg<DP, MMA>(pick_cfgs(p).fwd, fwd_launch<DP, MMA>{p, stream});
 }
 
+/* The fused dK/dV/dQ pass: shared memory for the accumulator in mode GACC, and the
+ * grid. Global mode: one CTA per resident slot (SMs × occupancy), at most one per slab;
+ * shared mode: one CTA per slab. */
+static size_t fused_smem(int DP, bool gacc, int nqb) {
+  const size_t acc = (size_t)(gacc ? 2 : nqb) * 64 * DP * sizeof(float);
+  return 6 * tile_bytes(DP) + 2 * bias_bytes() + (size_t)ATT_BK * (ATT_BQ + 8) * sizeof(bf16) +
+         4 * ATT_BQ * sizeof(float) + acc + ATT_MS;
+}
+template <int DP, bool GACC>
+static int fused_occupancy(int nqb, int64_t *slots) {
+  const size_t smem = fused_smem(DP, GACC, nqb);
+  auto kern = fused_kernel<DP, GACC, ATT_FUSED_SCHED>;
+  int dev = 0, sms = 0, per_sm = 0, maxs = 0;
+  MF_CHECK_CUDA(cudaGetDevice(&dev));
+  MF_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  MF_CHECK_CUDA(cudaDeviceGetAttribute(&maxs, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (smem > (size_t)maxs) return 0;
+  MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, ATT_THREADS, smem));
+  if (slots) *slots = (int64_t)sms * per_sm;
+  return per_sm;
+}
+/* fp32 scratch (bytes) of the global mode: min(slabs, resident CTAs) × nqb·64·DP. */
+template <int DP>
+static size_t fused_scratch_bytes(const att_params &p) {
+  int64_t slots = 0;
+  fused_occupancy<DP, true>(p.nqb, &slots);
+  const int64_t slabs = (int64_t)p.B * p.R * p.H, grid = slabs < slots ? slabs : slots;
+  return (size_t)grid * p.nqb * 64 * DP * sizeof(float);
+}
+
+/* Uses the fused pass for dK, dV and dQ together when R > 1 (for R = 1 its grid is only
+ * B·H slabs) and the variant asks for it; the dQ accumulator goes to shared memory when
+ * that costs no occupancy against the global mode (variant 7), or as forced (8, 9). */
+template <int DP>
+static void fused_launch(const att_params &p, int variant, float *scratch, size_t scratch_bytes,
+                         cudaStream_t stream) {
+  int64_t gslots = 0;
+  const int occ_g = fused_occupancy<DP, true>(p.nqb, &gslots);
+  const int occ_s = fused_occupancy<DP, false>(p.nqb, NULL);
+  MF_ASSERT(occ_g > 0, "attention: fused pass does not fit");
+  const bool gacc = variant == 8 || variant >= 10 || (variant != 9 && occ_s < occ_g) || occ_s == 0;
+  const int64_t slabs = (int64_t)p.B * p.R * p.H;
+  att_params q = p;
+  if (gacc) {
+    const int64_t grid = slabs < gslots ? slabs : gslots;
+    MF_ASSERT(scratch && (size_t)grid * p.nqb * 64 * DP * sizeof(float) <= scratch_bytes,
+              "attention: fused pass scratch of %zu bytes is short", scratch_bytes);
+    q.dqacc = scratch;
+    const size_t smem = fused_smem(DP, true, p.nqb);
+    if (variant == 10) launch(fused_kernel<DP, true, 0>, grid, ATT_THREADS, smem, stream, q);
+    else if (variant == 11) launch(fused_kernel<DP, true, 2>, grid, ATT_THREADS, smem, stream, q);
+    else launch(fused_kernel<DP, true, ATT_FUSED_SCHED>, grid, ATT_THREADS, smem, stream, q);
+  } else {
+    launch(fused_kernel<DP, false, ATT_FUSED_SCHED>, slabs, ATT_THREADS, fused_smem(DP, false, p.nqb), stream, q);
+  }
+}
+
+static int effective_variant(void) { return g_variant == 0 ? ATT_DEFAULT_VARIANT : g_variant; }
+
 template <int DP, bool MMA>
 static void backward_dp(const att_params &p, bool want_dkdv, bool want_dq, bool want_dbias,
-                        cudaStream_t stream) {
+                        float *scratch, size_t scratch_bytes, cudaStream_t stream) {
   const att_cfgs c = pick_cfgs(p);
-  if (want_dkdv) with_cfg<DP, MMA>(c.dkdv, dkdv_launch<DP, MMA>{p, stream});
+  const int v = effective_variant();
+  const bool fused = MMA && v >= 7 && p.R > 1 && want_dkdv && want_dq;
+  if (want_dkdv && !fused) with_cfg<DP, MMA>(c.dkdv, dkdv_launch<DP, MMA>{p, stream});
   const bool dbias_in_dq = want_dbias && want_dq && p.R == 1; /* R = 1: layout (1, 1) */
   if (want_dbias && !dbias_in_dq) { /* before dq: the split pass borrows dq's buffer */
-    const bool split = want_dq && MMA && g_variant == 0;
+    const bool split = want_dq && MMA && v >= 6;
     const size_t dq_bytes = (size_t)p.B * p.R * p.H * p.Q * p.D * sizeof(bf16);
     with_cfg<DP, MMA>(c.dbias, dbias_launch<DP, MMA>{p, stream, split ? (float *)p.dq : NULL,
                                                  split ? dq_bytes : 0});
   }
-  if (want_dq) {
+  if (fused) {
+    if constexpr (MMA) fused_launch<DP>(p, v, scratch, scratch_bytes, stream);
+  } else if (want_dq) {
     if (dbias_in_dq) dq_launch<DP, MMA, true>{p, stream}.template go<1, 1>();
     else with_cfg<DP, MMA>(c.dq, dq_launch<DP, MMA, false>{p, stream});
   }
+}
+
+template <int DP, bool MMA>
+static void scratch_dp(const att_params &p, size_t *bytes) {
+  *bytes = p.R > 1 ? fused_scratch_bytes<DP>(p) : 0;
 }
 
 #define MF_ATT_DISPATCH(fn, DPV, ...)                                        \
@@ -1162,7 +1441,7 @@ static void backward_dp(const att_params &p, bool want_dkdv, bool want_dq, bool 
   } while (0)
 
 extern "C" int mf_attention_cuda_set_variant(int variant) {
-  MF_ASSERT(variant >= 0 && variant <= 5, "attention variant %d", variant);
+  MF_ASSERT(variant >= 0 && variant <= 11, "attention variant %d", variant);
   const int old = g_variant;
   g_variant = variant;
   return old;
@@ -1181,10 +1460,29 @@ extern "C" void mf_attention_forward_cuda(bf16 *out, float *lse, const bf16 *q, 
   MF_ATT_DISPATCH(forward_dp, padded_dim(d.D), p, stream);
 }
 
+/* Workspace layout: Di (fp32, rows), padded to 256 bytes; the gated dO (bf16, rows·D),
+ * padded; the fused pass's fp32 dQ scratch (global mode; sized for any variant, so that
+ * the workspace does not depend on mf_attention_cuda_set_variant). */
+static size_t ws_di_bytes(size_t rows) { return (rows * sizeof(float) + 255) / 256 * 256; }
+static size_t ws_do_bytes(size_t rows, int D, int has_gate) {
+  return has_gate ? (rows * D * sizeof(bf16) + 255) / 256 * 256 : 0;
+}
+static size_t ws_scratch_bytes(mf_attn_dims d) {
+  if ((int64_t)d.B * d.R * d.H * d.Q == 0 || d.K == 0 || d.R <= 1) return 0;
+  const att_params p = make_params(d);
+  size_t s = 0;
+  switch (padded_dim(d.D)) {
+  case 16: scratch_dp<16, true>(p, &s); break;
+  case 32: scratch_dp<32, true>(p, &s); break;
+  case 48: scratch_dp<48, true>(p, &s); break;
+  default: scratch_dp<64, true>(p, &s); break;
+  }
+  return s;
+}
+
 extern "C" size_t mf_attention_backward_cuda_workspace(mf_attn_dims d, int has_gate) {
   const size_t rows = (size_t)d.B * d.R * d.H * d.Q;
-  const size_t di = (rows * sizeof(float) + 255) / 256 * 256;
-  return di + (has_gate ? rows * d.D * sizeof(bf16) : 0);
+  return ws_di_bytes(rows) + ws_do_bytes(rows, d.D, has_gate) + ws_scratch_bytes(d);
 }
 
 extern "C" void mf_attention_backward_cuda(bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dbias, bf16 *dgate,
@@ -1215,7 +1513,10 @@ extern "C" void mf_attention_backward_cuda(bf16 *dq, bf16 *dk, bf16 *dv, bf16 *d
   p.lse = const_cast<float *>(lse);
   p.dq = dq; p.dk = dk; p.dv = dv; p.dbias = dbias;
   float *Di = (float *)workspace;
-  bf16 *dOeff = gate ? (bf16 *)((char *)workspace + (rows * sizeof(float) + 255) / 256 * 256) : NULL;
+  bf16 *dOeff = gate ? (bf16 *)((char *)workspace + ws_di_bytes((size_t)rows)) : NULL;
+  const size_t ws_fixed = ws_di_bytes((size_t)rows) + ws_do_bytes((size_t)rows, d.D, gate != NULL);
+  float *scratch = (float *)((char *)workspace + ws_fixed);
+  const size_t scratch_bytes = workspace_bytes - ws_fixed;
   p.Di = Di;
   p.dO = gate ? dOeff : dout;
 
@@ -1225,5 +1526,6 @@ extern "C" void mf_attention_backward_cuda(bf16 *dq, bf16 *dk, bf16 *dv, bf16 *d
     if (dq) MF_CHECK_CUDA(cudaMemsetAsync(dq, 0, (size_t)rows * d.D * sizeof(bf16), stream));
     return;
   }
-  MF_ATT_DISPATCH(backward_dp, padded_dim(d.D), p, dk || dv, dq != NULL, dbias != NULL, stream);
+  MF_ATT_DISPATCH(backward_dp, padded_dim(d.D), p, dk || dv, dq != NULL, dbias != NULL, scratch,
+                  scratch_bytes, stream);
 }

@@ -11,11 +11,18 @@
  *
  * Memory: the forward saves only lse; nothing of size R·Q·K is ever stored. The backward
  * needs a workspace of mf_attention_backward_cuda_workspace() bytes (fp32 row statistics
- * Di (B,R,H,Q), plus dout⊙σ(gate) (B,R,H,Q,D) bf16 when there is a gate): O(R·H·Q·D).
+ * Di (B,R,H,Q), plus dout⊙σ(gate) (B,R,H,Q,D) bf16 when there is a gate): O(R·H·Q·D);
+ * plus, when R > 1, the fp32 dQ accumulators of the fused dK/dV/dQ pass, one per resident
+ * CTA: min(B·R·H, CTAs resident on the GPU) × ⌈Q/64⌉·64·Dp·4 bytes (Dp = D rounded up to
+ * 16, 32, 48 or 64), O(SMs·Q·D), e.g. 396 × 1024·32·4 B = 52 MB at Q = 1024, D = 32 on an
+ * H200 (132 SMs, 3 CTAs each). The workspace size queries the current device.
  *
  * Gradient contract (as attention.h): dq, dk, dv, dbias, dgate all ASSIGN; any may be
- * NULL to skip it. dbias = Σ_r dS is reduced by a pass that owns each (q, k) tile and
- * loops over r in fp32 registers: no float atomics, so two runs are bit-identical. When
+ * NULL to skip it. dQ = Σ_k dS·K is summed, when R > 1, by the CTA that owns the slab
+ * (b, r, h), key tile by key tile in order, in one fp32 accumulator slot per thread: the
+ * same order every run and on every GPU (and whichever memory holds the accumulator).
+ * dbias = Σ_r dS is reduced by a pass that owns each (q, k) tile and loops over r in
+ * fp32 registers: no float atomics, so two runs are bit-identical. When
  * that pass's grid is short of full waves and dq is wanted, r is split into a few ranges
  * whose fp32 partial sums borrow dq's buffer (before dq is computed) and are summed in
  * range order: still deterministic, and no memory beyond the arguments and workspace.
@@ -59,11 +66,13 @@ void mf_attention_backward_cuda(__nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloa
                                 const __nv_bfloat16 *gate, mf_attn_dims d, void *workspace,
                                 size_t workspace_bytes, cudaStream_t stream);
 
-/* Kernel variant for the lab and the tests: 0 = tensor cores (mma.sync, the default),
- * 1 = the portable path (the same kernels with the matrix products done by warp
- * shuffles and FMAs, no architecture-specific instructions); lab only: 2 = the first
- * tensor-core version (no split dbias pass), 3..5 = CTAs of several warpgroups sharing
- * tiles (dev/cuda/README.md). Returns the previous one. */
+/* Kernel variant for the lab and the tests: 0 = tensor cores (mma.sync, the default:
+ * variant 7's backward), 1 = the portable path (the same kernels with the matrix products
+ * done by warp shuffles and FMAs, no architecture-specific instructions, three backward
+ * passes); 6 = three backward passes (dK/dV, dQ, dbias), 7 = fused dK/dV/dQ pass + dbias
+ * pass, 8 / 9 = 7 with the dQ accumulator forced into global scratch / shared memory,
+ * 10 / 11 = 8 with the fused kernel's step schedule 0 / 2 (README step 7); lab only: 2 = the first tensor-core version (no split dbias pass), 3..5 = CTAs of
+ * several warpgroups sharing tiles (dev/cuda/README.md). Returns the previous one. */
 int mf_attention_cuda_set_variant(int variant);
 
 #ifdef __cplusplus
