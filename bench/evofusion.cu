@@ -3,8 +3,9 @@
  * SwiGLU transition (Hd = 4c), the outgoing triangle multiplication (Ch = 128) and the
  * residual + row dropout, forward and backward separately, plus a device-to-device copy
  * measured in the same process as the bandwidth ceiling. The forwards of the first three
- * also run in the non-default variant ("[fused]": the custom fused LN + GEMM kernel; the
- * default is LN staging + cuBLAS). Times are medians of CUDA-event
+ * also run in each forward variant: "[mma]" (the mma.sync kernels of ln_gemm.cu, variant
+ * 2), "[staging]" (LN staging + cuBLAS, variant 1), "[wmma]" (the WMMA fused LN + GEMM,
+ * variant 0); the unsuffixed row is the default. Times are medians of CUDA-event
  * timed repetitions after warm-up, on random bf16 inputs. "GB/s" counts the op's
  * unavoidable traffic only (each activation input read once, each activation output
  * written once, bf16), so it is comparable across implementations; "TFLOP/s" counts the
@@ -197,8 +198,12 @@ static void bench_n(int N) {
   p.dw1 = (float *)dev_zero((size_t)C * C * 4);
   p.wsb = mf_ln_linear_cuda_workspace(M, C, C, 0);
   p.ws = dev_zero(p.wsb);
-  const int def = mf_ln_linear_cuda_set_variant(0); /* the fused custom forward, for comparison */
-  row("ln_linear[fused]", N, "fwd", median_ms(lnl_fwd, &p), 2 * act, fl_lin, 8.0 * M);
+  const int def = mf_ln_linear_cuda_set_variant(0); /* the other forwards, for comparison */
+  row("ln_linear[wmma]", N, "fwd", median_ms(lnl_fwd, &p), 2 * act, fl_lin, 8.0 * M);
+  mf_ln_linear_cuda_set_variant(1);
+  row("ln_linear[staging]", N, "fwd", median_ms(lnl_fwd, &p), 2 * act, fl_lin, (double)p.wsb + 8.0 * M);
+  mf_ln_linear_cuda_set_variant(2);
+  row("ln_linear[mma]", N, "fwd", median_ms(lnl_fwd, &p), 2 * act, fl_lin, 8.0 * M);
   mf_ln_linear_cuda_set_variant(def);
   lnl_fwd(&p);
   row("ln_linear", N, "fwd", median_ms(lnl_fwd, &p), 2 * act, fl_lin, (double)p.wsb + 8.0 * M);
@@ -213,7 +218,11 @@ static void bench_n(int N) {
   p.wsb = mf_gated_linear_cuda_workspace(M, C, C);
   p.ws = dev_zero(p.wsb);
   mf_ln_linear_cuda_set_variant(0);
-  row("gated_linear[fused]", N, "fwd", median_ms(gl_fwd, &p), 2 * act, 2 * fl_lin, 8.0 * M);
+  row("gated_linear[wmma]", N, "fwd", median_ms(gl_fwd, &p), 2 * act, 2 * fl_lin, 8.0 * M);
+  mf_ln_linear_cuda_set_variant(1);
+  row("gated_linear[staging]", N, "fwd", median_ms(gl_fwd, &p), 2 * act, 2 * fl_lin, (double)p.wsb + 8.0 * M);
+  mf_ln_linear_cuda_set_variant(2);
+  row("gated_linear[mma]", N, "fwd", median_ms(gl_fwd, &p), 2 * act, 2 * fl_lin, 8.0 * M);
   mf_ln_linear_cuda_set_variant(def);
   gl_fwd(&p);
   row("gated_linear", N, "fwd", median_ms(gl_fwd, &p), 2 * act, 2 * fl_lin, (double)p.wsb + 8.0 * M);
@@ -231,7 +240,11 @@ static void bench_n(int N) {
   p.ws = dev_zero(p.wsb);
   const double fl_tr = 6.0 * M * C * Hd;
   mf_ln_linear_cuda_set_variant(0);
-  row("transition[fused]", N, "fwd", median_ms(tr_fwd, &p), 2 * act, fl_tr, (double)p.wsb + 8.0 * M);
+  row("transition[wmma]", N, "fwd", median_ms(tr_fwd, &p), 2 * act, fl_tr, (double)p.wsb + 8.0 * M);
+  mf_ln_linear_cuda_set_variant(1);
+  row("transition[staging]", N, "fwd", median_ms(tr_fwd, &p), 2 * act, fl_tr, (double)p.wsb + 8.0 * M);
+  mf_ln_linear_cuda_set_variant(2);
+  row("transition[mma]", N, "fwd", median_ms(tr_fwd, &p), 2 * act, fl_tr, 8.0 * M);
   mf_ln_linear_cuda_set_variant(def);
   tr_fwd(&p);
   row("transition", N, "fwd", median_ms(tr_fwd, &p), 2 * act, fl_tr, (double)p.wsb + 8.0 * M);

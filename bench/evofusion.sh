@@ -24,7 +24,7 @@ build_min() {
   for f in src/core/*.c src/ops/cpu/*.c tests/harness.c; do
     gcc -std=c11 -O2 -Iinclude -Isrc -DMF_REAL_DOUBLE -c "$f" -o "$M/$(basename "$f" .c).o" & pids+=($!)
   done
-  for f in gemm ln_linear transition trimul dropout device; do
+  for f in gemm ln_linear ln_gemm transition trimul dropout device; do
     $NVCC -c "src/ops/cuda/$f.cu" -o "$M/${f}_cu.o" & pids+=($!)
   done
   local ok=1
@@ -35,7 +35,7 @@ build_min() {
   local a=$!
   $NVCC bench/evofusion.cu -o "$BUILD/bench/evofusion" "$M/libfusion.a" -lcublas -lcublasLt -lm &
   local b=$!
-  $NVCC dev/cuda/fusion_lab.cu -o "$BUILD/dev/fusion_lab" "$M/libfusion.a" -lcublas -lcublasLt -lm &
+  $NVCC -DMF_REAL_DOUBLE dev/cuda/fusion_lab.cu -o "$BUILD/dev/fusion_lab" "$M/libfusion.a" -lcublas -lcublasLt -lm &
   local c=$!
   wait $a && wait $b && wait $c
 }

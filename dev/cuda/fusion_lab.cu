@@ -6,15 +6,20 @@
  *              the kernel that writes them and the GEMM that reads them (19456 rows for
  *              LN + Linear 128 → 128, 5120 rows for the transition: bytes per row
  *              C·6 + O·4 and C·6 + Hd·8);
- *   variant 2: "one pass" — the production default: LN staging + cuBLAS with
+ *   variant 2: "one pass" — the staging path (the fallback): LN staging + cuBLAS with
  *              mf_fusion_chunk_rows' budget (MF_FUSION_STAGING_BYTES, one chunk here);
  *   variant 3 (LN + Linear only): the custom fused kernel — LN in registers into shared
- *              memory, WMMA tensor-core GEMM, one store (mf_ln_linear_cuda_set_variant 0).
- * Results on an H200 (2026-11-29, N = 384, ms): LN + Linear 0.105 / 0.063 / 0.118;
- * transition 0.960 / 0.326. L2 residency does not pay for the small per-chunk GEMMs, and
- * the custom kernel as written is slower than staging (ln_linear.cu says why), so
- * variant 2 is the default.
- *   build-…/dev/fusion_lab [N]      (M = N², default N = 384, C = 128) */
+ *              memory, WMMA tensor-core GEMM, one store (mf_ln_linear_cuda_set_variant 0);
+ *   variant 4: the mma.sync kernels of ln_gemm.cu (mf_ln_linear_cuda_set_variant 2):
+ *              persistent LN + GEMM with W resident, and the whole transition in one
+ *              kernel (hidden chunked through shared memory).
+ * Results on an H200 (2026-11-30, N = 384, ms, variants 1 / 2 / 3 / 4): LN + Linear
+ * 0.140 / 0.064 / 0.117 / 0.045; transition 0.719 / 0.326 / — / 0.254; N = 768: LN +
+ * Linear 0.476 / 0.239 / 0.426 / 0.143, transition 3.18 / 1.27 / — / 0.958. L2
+ * residency does not pay for the small per-chunk GEMMs, the WMMA kernel is slower than
+ * staging (ln_linear.cu says why), and variant 4 (mf_ln_linear_cuda_set_variant 2) is the
+ * production default.
+ *   build-…/dev/fusion_lab [N [reps]]      (M = N², default N = 384, C = 128, 20 reps) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,6 +106,7 @@ static void run_fwd(void *p) {
 
 int main(int argc, char **argv) {
   const int N = argc > 1 ? atoi(argv[1]) : 384, C = 128;
+  const int reps = argc > 2 ? atoi(argv[2]) : 20; /* 1 under compute-sanitizer */
   const int64_t M = (int64_t)N * N, Mv = 2048; /* Mv rows validated against the CPU */
   if (mf_cuda_init(0) != MF_OK) {
     fprintf(stderr, "fusion_lab: %s\n", mf_error_message());
@@ -135,18 +141,19 @@ int main(int argc, char **argv) {
       mf_transition_forward(ref, mu, rs, xh, gh, bh, wh, wh + (int64_t)O * C, w2h, Mv, C, O, MF_LN_FULL);
     else
       mf_ln_linear_forward(ref, mu, rs, xh, gh, bh, wh, NULL, Mv, C, O, MF_LN_FULL);
-    for (int v = 1; v <= (tr ? 2 : 3); v++) {
+    for (int v = 1; v <= 4; v++) {
+      if (tr && v == 3) continue;
       mf_fusion_set_chunk_rows(v == 1 ? (tr ? 5120 : 19456) : 0);
-      mf_ln_linear_cuda_set_variant(v == 3 ? 0 : 1);
+      mf_ln_linear_cuda_set_variant(v == 3 ? 0 : v == 4 ? 2 : 1);
       c.wsb = tr ? mf_transition_cuda_workspace(M, C, O) : mf_ln_linear_cuda_workspace(M, C, O, 0);
       MF_CHECK_CUDA(cudaMalloc(&c.ws, c.wsb));
       run_fwd(&c);
       MF_CHECK_CUDA(cudaDeviceSynchronize());
       double err = relerr_dev(c.out, ref, Mv * Oo);
-      float ms = time_ms(run_fwd, &c, 20);
+      float ms = time_ms(run_fwd, &c, reps);
       double bytes = (double)M * (C + Oo) * 2;
       printf("%-12s %-16s %10.2e %10.4f %12.1f\n", tr ? "transition" : "ln_linear",
-             v == 1 ? "1 L2 chunks" : v == 2 ? "2 one pass" : "3 fused custom", err, ms, bytes / ms / 1e6);
+             v == 1 ? "1 L2 chunks" : v == 2 ? "2 one pass" : v == 3 ? "3 fused wmma" : "4 mma.sync", err, ms, bytes / ms / 1e6);
       MF_CHECK_CUDA(cudaFree(c.ws));
     }
     mf_fusion_set_chunk_rows(0);

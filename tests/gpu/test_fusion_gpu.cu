@@ -22,6 +22,7 @@
 #include "ops/cuda/dropout_cuda.h"
 #include "ops/cuda/gemm_cuda.h"
 #include "ops/cuda/gpu.h"
+#include "ops/cuda/ln_gemm_cuda.h"
 #include "ops/cuda/ln_linear_cuda.h"
 #include "ops/cuda/transition_cuda.h"
 #include "ops/cuda/trimul_cuda.h"
@@ -361,6 +362,99 @@ static void test_transition(int64_t M, int C, int Hd, mf_ln_mode mode, int accum
   mf_fusion_set_chunk_rows(0);
 }
 
+/* ================================================================ mma.sync kernels directly */
+
+/* The transition in place (out == inp, accumulate = 1: z += T(z), as the Pairformer block
+ * could call it), forward only: out and mean/rstd against the CPU, two runs bit-identical. */
+static void test_transition_inplace(int64_t M, int C, int Hd, mf_ln_mode mode, uint64_t seed,
+                                    int variant) {
+  char what[160], w2[200];
+  mf_ln_linear_cuda_set_variant(variant);
+  double *x = mf_test_alloc(M * C), *g = mf_test_alloc(C), *b = mf_test_alloc(C);
+  double *Wab = mf_test_alloc(2 * (int64_t)Hd * C), *Wo = mf_test_alloc((int64_t)C * Hd);
+  rand_bf16(x, M * C, seed + 1, 1.5, 0.3);
+  rand_bf16(g, C, seed + 2, 0.2, 1.0);
+  rand_bf16(b, C, seed + 3, 0.2, 0.0);
+  rand_bf16(Wab, 2 * (int64_t)Hd * C, seed + 4, 1.0 / sqrt((double)C), 0.0);
+  rand_bf16(Wo, (int64_t)C * Hd, seed + 5, 1.0 / sqrt((double)Hd), 0.0);
+  double *out = mf_test_alloc(M * C), *mean = mf_test_alloc(M), *rstd = mf_test_alloc(M);
+  mf_transition_forward(out, mean, rstd, x, g, b, Wab, Wab + (int64_t)Hd * C, Wo, M, C, Hd, mode);
+  for (int64_t i = 0; i < M * C; i++) out[i] += x[i];
+  mf_bf16_t *g_d = to_bf16(g, C), *b_d = to_bf16(b, C);
+  mf_bf16_t *Wab_d = to_bf16(Wab, 2 * (int64_t)Hd * C), *Wo_d = to_bf16(Wo, (int64_t)C * Hd);
+  mf_bf16_t *z_d = (mf_bf16_t *)dev_alloc(M * C * 2);
+  float *mean_d = (float *)dev_alloc(M * 4), *rstd_d = (float *)dev_alloc(M * 4);
+  size_t wsb = mf_transition_cuda_workspace(M, C, Hd);
+  void *ws = ws_alloc(wsb);
+  raw_set runs[2] = {};
+  snprintf(what, sizeof what, "transition in place (out = inp += T) M=%lld C=%d Hd=%d %s variant=%d%s",
+           (long long)M, C, Hd, mode_name(mode), variant,
+           variant == 2 && mf_transition_fused_supported(C, Hd, mode, z_d, z_d, Wab_d, Wo_d)
+               ? " [fused kernel]" : "");
+  for (int run = 0; run < 2; run++) {
+    up_bf16(z_d, x, M * C);
+    poison(mean_d, M * 4);
+    poison(rstd_d, M * 4);
+    mf_transition_forward_cuda(z_d, mean_d, rstd_d, z_d, g_d, b_d, Wab_d, Wo_d, M, C, Hd, mode, 1,
+                               ws, wsb, &g_blas, 0);
+    MF_CHECK_CUDA(cudaDeviceSynchronize());
+    raw_add(&runs[run], z_d, M * C * 2);
+    raw_add(&runs[run], mean_d, M * 4);
+    raw_add(&runs[run], rstd_d, M * 4);
+    if (run == 1) continue;
+    check_bf16(WHAT("out"), z_d, out, M * C, TOL);
+    check_f32(WHAT("mean"), mean_d, mean, M, 1e-3);
+    check_f32(WHAT("rstd"), rstd_d, rstd, M, 1e-3);
+  }
+  MF_TEST(raw_same(&runs[0], &runs[1]), "%s: two runs bit-identical", what);
+  raw_free(&runs[0]);
+  raw_free(&runs[1]);
+  dev_free_all();
+  mf_test_free_all();
+}
+
+/* ln_gemm's SwiGLU epilogue (2), which no op dispatches to today: out = silu(a) ⊙ b,
+ * [a | b] = LN(x)·[W_a; W_b]ᵀ, against the CPU LayerNorm + Linear. */
+static void test_ln_gemm_swiglu(int64_t M, int C, int O, mf_ln_mode mode, uint64_t seed) {
+  char what[160], w2[200];
+  double *x = mf_test_alloc(M * C), *g = mf_test_alloc(C), *b = mf_test_alloc(C);
+  double *W = mf_test_alloc(2 * (int64_t)O * C);
+  rand_bf16(x, M * C, seed + 1, 1.5, 0.3);
+  rand_bf16(g, C, seed + 2, 0.2, 1.0);
+  rand_bf16(b, C, seed + 3, 0.2, 0.0);
+  rand_bf16(W, 2 * (int64_t)O * C, seed + 4, 1.0 / sqrt((double)C), 0.0);
+  double *pa = mf_test_alloc(M * O), *pb = mf_test_alloc(M * O), *out = mf_test_alloc(M * O);
+  double *mean = mf_test_alloc(M), *rstd = mf_test_alloc(M);
+  mf_ln_linear_forward(pa, mean, rstd, x, g, b, W, NULL, M, C, O, mode);
+  mf_ln_linear_forward(pb, mean, rstd, x, g, b, W + (int64_t)O * C, NULL, M, C, O, mode);
+  for (int64_t i = 0; i < M * O; i++) out[i] = pa[i] / (1.0 + exp(-pa[i])) * pb[i];
+  mf_bf16_t *x_d = to_bf16(x, M * C), *g_d = to_bf16(g, C), *b_d = to_bf16(b, C);
+  mf_bf16_t *W_d = to_bf16(W, 2 * (int64_t)O * C), *out_d = (mf_bf16_t *)dev_alloc(M * O * 2);
+  float *mean_d = (float *)dev_alloc(M * 4), *rstd_d = (float *)dev_alloc(M * 4);
+  snprintf(what, sizeof what, "ln_gemm_mma SwiGLU M=%lld C=%d O=%d %s", (long long)M, C, O,
+           mode_name(mode));
+  MF_TEST(mf_ln_gemm_mma_supported(C, O, 2, mode, x_d, out_d, W_d), "%s: supported", what);
+  raw_set runs[2] = {};
+  for (int run = 0; run < 2; run++) {
+    poison(out_d, M * O * 2);
+    poison(mean_d, M * 4);
+    poison(rstd_d, M * 4);
+    mf_ln_gemm_mma_cuda(out_d, mean_d, rstd_d, x_d, g_d, b_d, W_d, NULL, NULL, M, C, O, mode, 2, 0);
+    MF_CHECK_CUDA(cudaDeviceSynchronize());
+    raw_add(&runs[run], out_d, M * O * 2);
+    raw_add(&runs[run], mean_d, M * 4);
+    if (run == 1) continue;
+    check_bf16(WHAT("out"), out_d, out, M * O, TOL);
+    check_f32(WHAT("mean"), mean_d, mean, M, 1e-3);
+    check_f32(WHAT("rstd"), rstd_d, rstd, M, 1e-3);
+  }
+  MF_TEST(raw_same(&runs[0], &runs[1]), "%s: two runs bit-identical", what);
+  raw_free(&runs[0]);
+  raw_free(&runs[1]);
+  dev_free_all();
+  mf_test_free_all();
+}
+
 /* ================================================================ residual + dropout */
 
 static void test_dropout(int64_t A, int64_t B, int C, mf_dropout_axis axis, double p, uint64_t seed) {
@@ -530,9 +624,10 @@ int main(void) {
   mf_cuda_blas_create(&g_blas, 0);
   uint64_t s = 100;
 
-  /* variant 0: the fused custom kernel where the shape allows it; 1: staging + cuBLAS */
+  /* variant 2: the mma.sync kernels of ln_gemm.cu where the shape allows it (else 1);
+   * 1: staging + cuBLAS; 0: the WMMA fused kernel where the shape allows it (else 1) */
   const int default_variant = mf_ln_linear_cuda_set_variant(1);
-  for (int v = 0; v < 2; v++) {
+  for (int v = 0; v < 3; v++) {
     test_ln_linear(7, 128, 16, MF_LN_FULL, 1, 0, s += 20, v);
     test_ln_linear(300, 128, 384, MF_LN_SCALE, 0, 0, s += 20, v);
     test_ln_linear(4099, 128, 128, MF_LN_FULL, 1, 1024, s += 20, v);
@@ -548,10 +643,16 @@ int main(void) {
     test_gated(4099, 128, 128, MF_LN_SCALE, 1, 1024, s += 20, v);
     test_gated(300, 40, 20, MF_LN_FULL, 1, 256, s += 20, v); /* widths not multiples of 8 */
     test_gated(257, 256, 192, MF_LN_FULL, 0, 0, s += 20, v);
+    /* shapes the mma.sync kernel takes: partial tiles, 1 or 2 row buffers, several passes */
+    test_ln_linear(1000, 128, 256, MF_LN_FULL, 1, 0, s += 20, v);
+    test_ln_linear(129, 64, 48, MF_LN_SCALE, 1, 0, s += 20, v);
+    test_gated(1000, 128, 192, MF_LN_FULL, 1, 0, s += 20, v);
+    test_gated(129, 64, 16, MF_LN_NONE, 1, 0, s += 20, v);
+    test_gated(300, 192, 96, MF_LN_IDENTITY, 1, 0, s += 20, v);
   }
   mf_ln_linear_cuda_set_variant(default_variant);
 
-  for (int v = 0; v < 2; v++) {
+  for (int v = 0; v < 3; v++) {
     test_transition(7, 128, 512, MF_LN_FULL, 0, 0, s += 20, v);
     test_transition(300, 128, 512, MF_LN_FULL, 1, 0, s += 20, v);
     test_transition(4099, 128, 512, MF_LN_FULL, 0, 1024, s += 20, v);
@@ -560,8 +661,18 @@ int main(void) {
     test_transition(300, 128, 512, MF_LN_NONE, 0, 0, s += 20, v);
     test_transition(300, 40, 36, MF_LN_FULL, 1, 256, s += 20, v); /* widths not multiples of 8 */
     test_transition(129, 256, 192, MF_LN_SCALE, 0, 0, s += 20, v);
+    test_transition(1000, 64, 128, MF_LN_SCALE, 1, 0, s += 20, v);
+    test_transition(300, 128, 192, MF_LN_IDENTITY, 0, 0, s += 20, v);
+  }
+  for (int v = 1; v < 3; v++) {
+    test_transition_inplace(4099, 128, 512, MF_LN_FULL, s += 20, v);
+    test_transition_inplace(300, 64, 256, MF_LN_NONE, s += 20, v);
+    test_transition_inplace(300, 384, 1536, MF_LN_FULL, s += 20, v); /* fallback */
   }
   mf_ln_linear_cuda_set_variant(default_variant);
+  test_ln_gemm_swiglu(300, 128, 128, MF_LN_FULL, s += 20);
+  test_ln_gemm_swiglu(1000, 64, 80, MF_LN_SCALE, s += 20);
+  test_ln_gemm_swiglu(129, 256, 64, MF_LN_NONE, s += 20);
 
   test_dropout(33, 33, 128, MF_DROPOUT_ROWWISE, 0.25, s += 20);
   test_dropout(33, 33, 128, MF_DROPOUT_COLWISE, 0.25, s += 20);

@@ -1,13 +1,15 @@
 /* ln_linear.cu — EvoFusion LayerNorm + Linear and the gated projection on the GPU:
  * LN rows into a bf16 staging chunk + cuBLAS GEMM + epilogue kernels,
  * forward and backward (recomputing the normalised rows), plus the LayerNorm building
- * blocks shared by transition.cu and trimul.cu. See ln_linear_cuda.h. Not the CPU
- * reference (src/ops/cpu/ln_linear.c). */
+ * blocks shared by transition.cu and trimul.cu. The default forward dispatches to the
+ * fused mma.sync kernel of ln_gemm.cu where the shape allows. See ln_linear_cuda.h. Not
+ * the CPU reference (src/ops/cpu/ln_linear.c). */
 #include "ln_linear_cuda.h"
 
 #include <mma.h>
 
 #include "fusion_util.cuh"
+#include "ln_gemm_cuda.h"
 
 #define LN_ROWS_PER_BLOCK 8 /* warps per block, one row each */
 #define LN_BWD_MAX_BLOCKS 1056 /* 8 blocks of 8 warps per SM on 132 SMs */
@@ -464,21 +466,25 @@ static void launch_fill_bf16(bf16 *x, float v, int64_t n, cudaStream_t s) {
  * as written, SLOWER than variant 1 on an H200 (2026-11-29, M = 384², C = O = 128:
  * 0.123 ms vs 0.067 ms; gated 0.270 vs 0.112): one 137 KB block per SM with its load,
  * LayerNorm, WMMA and epilogue phases serialised by barriers leaves HBM idle most of the
- * time, and W is re-staged every 64 output columns. So variant 1 is the default; making
- * this one pay needs asynchronous (cp.async / TMA) double-buffered row tiles, a persistent
- * grid that keeps W resident, and wgmma — not done. */
+ * time, and W is re-staged every 64 output columns. Variant 2 (ln_gemm.cu: persistent
+ * CTAs, W resident, cp.async row tiles, mma.sync with double-buffered fragments) does what
+ * this one lacks and is the default; this one is kept for comparison. */
 #define FZ_BM 128     /* rows per block */
 #define FZ_WARPS 8    /* 16 rows per warp */
 #define FZ_PAD 8      /* bf16 padding of a shared-memory row */
 #define FZ_OT 64      /* output columns per W tile */
 
-static int g_lnl_variant = 1; /* the measured faster one; see above */
+/* 2: the mma.sync kernels of ln_gemm.cu where supported (else 1); 1: staging + cuBLAS;
+ * 0: the WMMA kernel above (else 1). */
+static int g_lnl_variant = 2;
 
 extern "C" int mf_ln_linear_cuda_set_variant(int variant) {
   int old = g_lnl_variant;
   g_lnl_variant = variant;
   return old;
 }
+
+extern "C" int mf_ln_linear_cuda_get_variant(void) { return g_lnl_variant; }
 
 static size_t fz_smem(int C, int gated) { /* gated: 0, 1 or 2 */
   const int lda = C + FZ_PAD, bn = gated ? 2 * FZ_OT : FZ_OT;
@@ -685,6 +691,11 @@ extern "C" void mf_ln_linear_forward_cuda(bf16 *out, float *mean, float *rstd, c
   MF_ASSERT(M >= 0 && O > 0, "ln_linear_cuda dims M=%lld O=%d", (long long)M, O);
   MF_ASSERT(out && mean && rstd && inp && weight, "ln_linear_cuda: NULL argument");
   if (M == 0) return;
+  if (g_lnl_variant == 2 && mf_ln_gemm_mma_supported(C, O, 0, mode, inp, out, weight)) {
+    mf_ln_gemm_mma_cuda(out, mean, rstd, inp, gamma, beta, weight, bias, NULL, M, C, O, mode, 0,
+                        stream); /* variant 2: ln_gemm.cu */
+    return;
+  }
   if (mf_ln_gemm_fused_supported(C, O, mode, inp, out, weight)) { /* variant 0: one fused kernel */
     launch_ln_gemm_fused(out, mean, rstd, inp, gamma, beta, weight, bias, NULL, M, C, O, mode, 0,
                          stream);
@@ -793,6 +804,11 @@ extern "C" void mf_gated_linear_forward_cuda(bf16 *out, float *mean, float *rstd
   if (M == 0) return;
   const int ident = mode == MF_LN_IDENTITY;
   MF_ASSERT(ident || (mean && rstd), "gated_linear_cuda: mean/rstd required");
+  if (g_lnl_variant == 2 && mf_ln_gemm_mma_supported(C, O, 1, mode, inp, out, w_pg)) {
+    mf_ln_gemm_mma_cuda(out, mean, rstd, inp, gamma, beta, w_pg, NULL, mask, M, C, O, mode, 1,
+                        stream); /* variant 2: ln_gemm.cu */
+    return;
+  }
   if (mf_ln_gemm_fused_supported(C, O, mode, inp, out, w_pg)) { /* variant 0: one fused kernel */
     launch_ln_gemm_fused(out, mean, rstd, inp, gamma, beta, w_pg, NULL, mask, M, C, O, mode, 1,
                          stream);

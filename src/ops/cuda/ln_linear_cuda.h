@@ -5,10 +5,12 @@
  * partials) that transition.cu and trimul.cu share. Not the CPU reference, not a
  * dispatch: callers pass device pointers, a cuBLAS handle and a stream.
  *
- * How it is fused: rows are processed in chunks of R rows (mf_fusion_chunk_rows), which
- * bound the staging memory. Forward: LN of R rows → bf16 staging (R, C) →
- * cuBLAS GEMM → the epilogue (bias add; sigmoid gate ⊙ projection). Only mean and rstd
- * (fp32) are saved. Backward recomputes the normalised rows from (inp, mean, rstd) chunk
+ * How it is fused: the forward is by default one persistent mma.sync kernel (ln_gemm.cu;
+ * see "forward variants" below) that reads inp once and writes out once. The staging path
+ * (its fallback, and the backward) processes rows in chunks of R rows
+ * (mf_fusion_chunk_rows), which bound the staging memory: LN of R rows → bf16 staging
+ * (R, C) → cuBLAS GEMM → the epilogue (bias add; sigmoid gate ⊙ projection). Only mean and
+ * rstd (fp32) are saved. Backward recomputes the normalised rows from (inp, mean, rstd) chunk
  * by chunk, so nothing of size M·C is stored; dγ/dβ come from per-block partials summed in
  * a fixed order (no float atomics: two runs are bit-identical).
  *
@@ -78,18 +80,30 @@ void mf_ln_param_grad_reduce_cuda(float *dgamma, float *dbeta, float *part, int 
                                   cudaStream_t stream);
 
 /* ---------------------------------------------------------------- forward variants */
-/* The forwards of LayerNorm + Linear, the gated projection and the transition's first
- * half (LN + [a | b] GEMM + SwiGLU) run as
- *   variant 1 (default): LN into a bf16 staging chunk + cuBLAS GEMM + epilogue kernel;
- *   variant 0: one custom kernel per 128-row tile — LN in registers into shared memory,
- *             tensor-core GEMM (WMMA) tile by tile over W, epilogue, one store; used
- *             when C % 64 == 0, C <= 256, O % 64 == 0, mode is not IDENTITY and the
- *             pointers are 16-byte aligned (else variant 1 runs). Tested, but measured
- *             1.8–2.5× slower than variant 1 on an H200 as written (ln_linear.cu says
- *             why), hence not the default.
+/* The forwards of LayerNorm + Linear, the gated projection and the transition run as
+ *   variant 2 (default): the mma.sync kernels of ln_gemm.cu (ln_gemm_cuda.h) — one
+ *             persistent kernel per op: LN of 64-row tiles in registers → bf16 x̂ in shared
+ *             memory → GEMM against W resident in shared memory → epilogue (bias; mask ⊙
+ *             σ(g) ⊙ p) → 16-byte stores; the transition as ONE kernel with the 4c hidden
+ *             chunked through shared memory. Where the shape is outside their limits
+ *             (mf_ln_gemm_mma_supported, mf_transition_fused_supported: e.g. O % 16 != 0,
+ *             C not in {64, 128, 192, 256} (transition: {64, 128}), W too large for shared
+ *             memory, unaligned pointers) variant 1 runs instead.
+ *             Measured on an H200 (2026-11-30, bench/evofusion.sh, C = 128, M = 768²):
+ *             ln_linear 0.147 ms (variant 1: 0.245), gated O = 128: 0.252 (0.410),
+ *             transition Hd = 512: 0.967 (1.278); at M = 384²: 0.048 / 0.079 / 0.259
+ *             (0.068 / 0.112 / 0.333).
+ *   variant 1: LN into a bf16 staging chunk + cuBLAS GEMM + epilogue kernel;
+ *   variant 0: the first custom kernel, one per 128-row tile — LN into shared memory,
+ *             WMMA tile by tile over W, epilogue; used when C % 64 == 0, C <= 256,
+ *             O % 64 == 0, mode is not IDENTITY and the pointers are 16-byte aligned
+ *             (else variant 1). Tested, but 1.8–3× slower than variant 1 (ln_linear.cu
+ *             says why); kept for comparison only.
  * The backwards are always staging + cuBLAS. Sets the variant (for the lab, the tests
  * and the benchmark); returns the previous one. */
 int mf_ln_linear_cuda_set_variant(int variant);
+/* The variant in force. */
+int mf_ln_linear_cuda_get_variant(void);
 
 /* The fused kernel as a building block (transition.cu uses epilogue 2):
  *   out (M, O) = epilogue(LN(x (M, C))·Wᵀ), mean, rstd (M) written;

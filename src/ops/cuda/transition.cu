@@ -1,10 +1,13 @@
-/* transition.cu — EvoFusion SwiGLU transition on the GPU: LN into a bf16 staging chunk,
- * one GEMM for both 4c projections, the SwiGLU epilogue, the output GEMM (with the
- * residual add as beta = 1), all per row chunk; backward by recomputation.
+/* transition.cu — EvoFusion SwiGLU transition on the GPU: the forward dispatches to the
+ * one-kernel fused transition of ln_gemm.cu where the shape allows (variant 2, default);
+ * otherwise LN into a bf16 staging chunk, one GEMM for both 4c projections, the SwiGLU
+ * epilogue, the output GEMM (with the residual add as beta = 1), all per row chunk;
+ * backward by recomputation.
  * See transition_cuda.h. Not the CPU reference (src/ops/cpu/transition.c). */
 #include "transition_cuda.h"
 
 #include "fusion_util.cuh"
+#include "ln_gemm_cuda.h"
 #include "ln_linear_cuda.h"
 
 /* The kernels take VEC = 8 consecutive hidden channels per thread when Hd % 8 == 0. */
@@ -139,6 +142,13 @@ extern "C" void mf_transition_forward_cuda(bf16 *out, float *mean, float *rstd, 
                                            cudaStream_t stream) {
   tr_check(M, C, Hd, mode, mean, rstd, gamma, beta);
   if (M == 0) return;
+  if (mf_ln_linear_cuda_get_variant() == 2 &&
+      mf_transition_fused_supported(C, Hd, mode, inp, out, w_ab, w_o)) {
+    /* variant 2: the whole transition in one kernel (ln_gemm.cu), no workspace */
+    mf_transition_fused_forward_cuda(out, mean, rstd, inp, gamma, beta, w_ab, w_o, M, C, Hd, mode,
+                                     accumulate, stream);
+    return;
+  }
   tr_ws w;
   MF_ASSERT(tr_carve(&w, NULL, M, C, Hd) <= ws_bytes, "transition_cuda: workspace too small");
   tr_carve(&w, ws, M, C, Hd);

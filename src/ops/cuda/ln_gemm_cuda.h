@@ -1,0 +1,81 @@
+/* ln_gemm_cuda.h — EvoFusion's fast fused FORWARD kernels on sm_90 (mma.sync tensor cores):
+ *
+ *   mf_ln_gemm_mma_cuda: LayerNorm + Linear with an epilogue, one persistent kernel:
+ *     out (M, O) = epilogue(LN(x (M, C))·Wᵀ), mean, rstd (M) fp32 written (not for IDENTITY);
+ *     epilogue 0: W (O, C), out = acc + bias (bias (O) bf16 or NULL);
+ *     epilogue 1: W (2O, C) = [W_p; W_g], out = mask ⊙ σ(g) ⊙ p (mask (M) uint8 or NULL);
+ *     epilogue 2: W (2O, C) = [W_a; W_b], out = silu(a) ⊙ b (SwiGLU).
+ *   mf_transition_fused_forward_cuda: the whole SwiGLU transition, one persistent kernel:
+ *     out (M, C) (+)= (silu(x̂·W_aᵀ) ⊙ (x̂·W_bᵀ))·W_oᵀ, x̂ = LN(inp (M, C)); the 4c hidden
+ *     lives in registers / shared memory 64 channels at a time and never touches HBM.
+ *
+ * How they run: one CTA of 8 warps per SM loops over row tiles (persistent grid). Each tile's raw rows
+ * arrive by cp.async into shared memory one or two tiles ahead; LN runs from there (fp32
+ * statistics, two-pass variance, one warp per row) into a padded bf16 x̂ tile; the GEMMs are
+ * mma.sync m16n8k16 (bf16 in, fp32 accumulate) fed by ldmatrix from padded (conflict-free)
+ * shared memory; the epilogue runs on the accumulators in registers and each warp writes
+ * its block of out through shared memory as 16-byte coalesced stores. ln_gemm keeps the
+ * whole W resident in shared memory; the transition streams [W_a; W_b] and W_o 64 hidden
+ * channels at a time from L2 (cp.async, double buffered), accumulating out in registers.
+ * With accumulate = 1 the transition adds the previous contents of out (read per tile
+ * before that tile is written, so out may equal inp).
+ *
+ * Limits (the *_supported() checks; callers fall back to the staging + cuBLAS path
+ * otherwise): ln_gemm: C in {64, 128, 192, 256}, O % 16 == 0, W fits in shared memory next
+ * to the tiles (C = 128: up to 384 accumulator columns, i.e. O ≤ 384 plain, O ≤ 192 gated),
+ * 16-byte aligned pointers. transition: C in {64, 128}, Hd % 64 == 0, Hd ≥ 128, 16-byte
+ * aligned pointers. Modes FULL/SCALE/NONE and IDENTITY (x̂ = x; mean, rstd untouched and
+ * may be NULL). Deterministic (no atomics; fixed reduction order). Not the CPU reference,
+ * not a dispatch: ln_linear.cu and transition.cu choose (mf_ln_linear_cuda_set_variant).
+ *
+ * ln_gemm runs its 8 warps as 2 independent groups of 4 (64-row tiles, named barriers, W
+ * shared), so that one group's LayerNorm overlaps the other's GEMM (MF_LN_GEMM_HALVES=1 in
+ * the environment: one group of 8 on 128-row tiles; 6–10 % slower at M = 768²).
+ * Measured on an H200 (2026-11-30, bench/evofusion.sh, C = 128, M = 768², against the
+ * staging + cuBLAS path in the same run): LN + Linear O = 128 0.147 ms (0.245; 2.0 TB/s,
+ * 48 % of the copy bandwidth), gated O = 128 0.252 ms (0.410), transition Hd = 512
+ * 0.967 ms (1.278; 240 TFLOP/s). ncu (fusion_lab 384): both are latency-bound at 8 warps
+ * per SM — the transition issues 0.35 instructions per cycle per scheduler with 0.5
+ * eligible warps (35 % SM throughput); wgmma (sm_90a) with a producer warp would be the
+ * next step. A first version with fully unrolled k loops and IEEE divisions in the
+ * epilogues ran 2–3× slower (0.295 / 0.522 / 1.59 ms). */
+#ifndef MF_OPS_CUDA_LN_GEMM_CUDA_H
+#define MF_OPS_CUDA_LN_GEMM_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "ops/layernorm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int mf_ln_gemm_mma_supported(int C, int O, int epilogue, mf_ln_mode mode, const void *x,
+                             const void *out, const void *w);
+/* out (M, O); mean, rstd (M); x (M, C); gamma, beta (C); w (O, C) or (2O, C); bias (O);
+ * mask (M). */
+void mf_ln_gemm_mma_cuda(__nv_bfloat16 *out, float *mean, float *rstd, const __nv_bfloat16 *x,
+                         const __nv_bfloat16 *gamma, const __nv_bfloat16 *beta,
+                         const __nv_bfloat16 *w, const __nv_bfloat16 *bias, const uint8_t *mask,
+                         int64_t M, int C, int O, mf_ln_mode mode, int epilogue,
+                         cudaStream_t stream);
+
+int mf_transition_fused_supported(int C, int Hd, mf_ln_mode mode, const void *inp,
+                                  const void *out, const void *w_ab, const void *w_o);
+/* out (M, C), may equal inp; mean, rstd (M); inp (M, C); gamma, beta (C); w_ab (2Hd, C) =
+ * [W_a; W_b]; w_o (C, Hd). accumulate = 1: out += transition(inp). */
+void mf_transition_fused_forward_cuda(__nv_bfloat16 *out, float *mean, float *rstd,
+                                      const __nv_bfloat16 *inp, const __nv_bfloat16 *gamma,
+                                      const __nv_bfloat16 *beta, const __nv_bfloat16 *w_ab,
+                                      const __nv_bfloat16 *w_o, int64_t M, int C, int Hd,
+                                      mf_ln_mode mode, int accumulate, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
