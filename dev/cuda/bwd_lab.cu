@@ -1,11 +1,12 @@
 /* bwd_lab.cu — lab of the fused LayerNorm + GEMM backward (src/ops/cuda/ln_gemm_bwd.cu)
  * against the staging + cuBLAS backward it replaces, on the pair-sized problems of
  * bench/evofusion.cu (M = N² rows, C = 128; LN + Linear 128 → 128, gated projection
- * 128 → 128, SwiGLU transition Hd = 512, mode FULL): each backward timed in both variants
- * in the same process (median of CUDA-event timed repetitions, the two variants
- * interleaved), the relative L2 difference between the variants' dinp and weight
- * gradients, and for the transition the fused kernel alone and the two weight-gradient
- * GEMMs alone (where the time goes). Not a correctness test (tests/gpu/test_fusion_gpu.cu
+ * 128 → 128, SwiGLU transition Hd = 512, mode FULL): each backward timed as staging +
+ * cuBLAS and in the fused kernel's configurations 1..3 in the same process (median of
+ * CUDA-event timed repetitions, the variants interleaved call by call), the relative L2
+ * difference between each configuration's dinp / weight gradient and staging's, and for
+ * the transition the fused kernel alone and the two weight-gradient GEMMs alone (where
+ * the time goes). Not a correctness test (tests/gpu/test_fusion_gpu.cu
  * is), not the benchmark of record (bench/evofusion.cu is).
  *   build-…/dev/bwd_lab [N,N,...]      (default 384,768) */
 #include <math.h>
@@ -100,18 +101,20 @@ static int cmp_float(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* medians of REPS timed calls, variant 0 and 1 interleaved call by call */
-static void time_both(prob *p, float *ms0, float *ms1) {
+#define NVAR 4 /* mf_ln_gemm_bwd_set_variant: 0 staging + cuBLAS, 1..3 the fused kernel's configurations */
+
+/* medians of REPS timed calls per variant, the variants interleaved call by call */
+static void time_vars(prob *p, float *ms) {
   cudaEvent_t e0, e1;
   MF_CHECK_CUDA(cudaEventCreate(&e0));
   MF_CHECK_CUDA(cudaEventCreate(&e1));
-  float t[2][REPS];
-  for (int v = 0; v < 2; v++) {
+  float t[NVAR][REPS];
+  for (int v = 0; v < NVAR; v++) {
     mf_ln_gemm_bwd_set_variant(v);
     for (int i = 0; i < 2; i++) run(p);
   }
   for (int r = 0; r < REPS; r++)
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v < NVAR; v++) {
       mf_ln_gemm_bwd_set_variant(v);
       MF_CHECK_CUDA(cudaDeviceSynchronize());
       MF_CHECK_CUDA(cudaEventRecord(e0, 0));
@@ -120,13 +123,19 @@ static void time_both(prob *p, float *ms0, float *ms1) {
       MF_CHECK_CUDA(cudaEventSynchronize(e1));
       MF_CHECK_CUDA(cudaEventElapsedTime(&t[v][r], e0, e1));
     }
-  qsort(t[0], REPS, sizeof(float), cmp_float);
-  qsort(t[1], REPS, sizeof(float), cmp_float);
-  *ms0 = t[0][REPS / 2];
-  *ms1 = t[1][REPS / 2];
-  mf_ln_gemm_bwd_set_variant(1);
+  for (int v = 0; v < NVAR; v++) {
+    qsort(t[v], REPS, sizeof(float), cmp_float);
+    ms[v] = t[v][REPS / 2];
+  }
+  mf_ln_gemm_bwd_set_variant(-1);
   MF_CHECK_CUDA(cudaEventDestroy(e0));
   MF_CHECK_CUDA(cudaEventDestroy(e1));
+}
+
+static void print_vars(const char *what, int N, const float *ms) {
+  printf("%-24s N=%4d  staging %.3f ms", what, N, ms[0]);
+  for (int v = 1; v < NVAR; v++) printf("  fused[%d] %.3f ms (%.2fx)", v, ms[v], ms[0] / ms[v]);
+  printf("\n");
 }
 
 static float time_one(prob *p) {
@@ -173,18 +182,19 @@ static void *host_copy(const void *d, size_t bytes) {
   return h;
 }
 
-/* one call per variant from zeroed weight gradients: rel. difference of dinp and dw1 */
-static void compare(prob *p, size_t dw1_bytes, double *rdx, double *rdw) {
+/* one call of staging (0) and of variant vv from zeroed weight gradients: rel. difference
+ * of dinp and dw1 */
+static void compare(prob *p, int vv, size_t dw1_bytes, double *rdx, double *rdw) {
   void *hx[2], *hw[2];
   for (int v = 0; v < 2; v++) {
-    mf_ln_gemm_bwd_set_variant(v);
+    mf_ln_gemm_bwd_set_variant(v ? vv : 0);
     MF_CHECK_CUDA(cudaMemset(p->dw1, 0, dw1_bytes));
     run(p);
     MF_CHECK_CUDA(cudaDeviceSynchronize());
     hx[v] = host_copy(p->dx, (size_t)p->M * C_PAIR * 2);
     hw[v] = host_copy(p->dw1, dw1_bytes);
   }
-  mf_ln_gemm_bwd_set_variant(1);
+  mf_ln_gemm_bwd_set_variant(-1);
   *rdx = rel(hx[1], hx[0], p->M * C_PAIR, 1);
   *rdw = rel(hw[1], hw[0], (int64_t)(dw1_bytes / 4), 0);
   for (int v = 0; v < 2; v++) {
@@ -209,7 +219,7 @@ static void lab_n(int N) {
   p.rstd = (float *)dev_zero((size_t)M * 4);
   p.dg = (float *)dev_zero((size_t)C * 4);
   p.db = (float *)dev_zero((size_t)C * 4);
-  float a, b;
+  float ms[NVAR];
   double rx, rw;
 
   /* LN + Linear 128 → 128 */
@@ -220,10 +230,12 @@ static void lab_n(int N) {
   mf_ln_linear_forward_cuda(p.out, p.mean, p.rstd, p.x, p.g, p.b, p.w1, NULL, M, C, C, MF_LN_FULL,
                             p.ws, p.wsb, &g_blas, 0);
   p.op = 0;
-  time_both(&p, &a, &b);
-  compare(&p, (size_t)C * C * 4, &rx, &rw);
-  printf("ln_linear  bwd N=%4d  staging %.3f ms  fused %.3f ms  (%.2fx)  rel diff dinp %.2e dW %.2e\n",
-         N, a, b, a / b, rx, rw);
+  time_vars(&p, ms);
+  print_vars("ln_linear bwd", N, ms);
+  for (int v = 1; v < NVAR; v++) {
+    compare(&p, v, (size_t)C * C * 4, &rx, &rw);
+    printf("  fused[%d] vs staging: rel diff dinp %.2e dW %.2e\n", v, rx, rw);
+  }
   MF_CHECK_CUDA(cudaFree(p.ws));
   MF_CHECK_CUDA(cudaFree(p.w1));
   MF_CHECK_CUDA(cudaFree(p.dw1));
@@ -236,10 +248,12 @@ static void lab_n(int N) {
   mf_gated_linear_forward_cuda(p.out, p.mean, p.rstd, p.x, p.g, p.b, p.w1, NULL, M, C, C,
                                MF_LN_FULL, p.ws, p.wsb, &g_blas, 0);
   p.op = 1;
-  time_both(&p, &a, &b);
-  compare(&p, (size_t)2 * C * C * 4, &rx, &rw);
-  printf("gated      bwd N=%4d  staging %.3f ms  fused %.3f ms  (%.2fx)  rel diff dinp %.2e dW %.2e\n",
-         N, a, b, a / b, rx, rw);
+  time_vars(&p, ms);
+  print_vars("gated bwd", N, ms);
+  for (int v = 1; v < NVAR; v++) {
+    compare(&p, v, (size_t)2 * C * C * 4, &rx, &rw);
+    printf("  fused[%d] vs staging: rel diff dinp %.2e dW_pg %.2e\n", v, rx, rw);
+  }
   MF_CHECK_CUDA(cudaFree(p.ws));
   MF_CHECK_CUDA(cudaFree(p.w1));
   MF_CHECK_CUDA(cudaFree(p.dw1));
@@ -255,22 +269,30 @@ static void lab_n(int N) {
   mf_transition_forward_cuda(p.out, p.mean, p.rstd, p.x, p.g, p.b, p.w1, p.w2, M, C, HD,
                              MF_LN_FULL, 0, p.ws, p.wsb, &g_blas, 0);
   p.op = 2;
-  time_both(&p, &a, &b);
-  compare(&p, (size_t)2 * HD * C * 4, &rx, &rw);
-  printf("transition bwd N=%4d  staging %.3f ms  fused %.3f ms  (%.2fx)  rel diff dinp %.2e dW_ab %.2e\n",
-         N, a, b, a / b, rx, rw);
+  time_vars(&p, ms);
+  print_vars("transition bwd", N, ms);
+  for (int v = 1; v < NVAR; v++) {
+    compare(&p, v, (size_t)2 * HD * C * 4, &rx, &rw);
+    printf("  fused[%d] vs staging: rel diff dinp %.2e dW_ab %.2e\n", v, rx, rw);
+  }
   p.op = 3;
-  time_both(&p, &a, &b);
-  printf("transition bwd N=%4d  adding in place: staging %.3f ms  fused %.3f ms  (%.2fx)\n", N, a,
-         b, a / b);
+  time_vars(&p, ms);
+  print_vars("transition bwd add/inpl", N, ms);
   p.op = 4;
-  const float tk = time_one(&p);
+  float tk = 1e9f;
+  for (int v = 1; v < NVAR; v++) {
+    mf_ln_gemm_bwd_set_variant(v);
+    const float tv = time_one(&p);
+    printf("transition N=%4d  fused kernel [%d] alone: %.3f ms\n", N, v, tv);
+    if (tv < tk) tk = tv;
+  }
+  mf_ln_gemm_bwd_set_variant(-1);
   p.op = 5;
   const float tg = time_one(&p);
   const double fl_k = 2.0 * M * C * (2.0 * HD) * 2 + 2.0 * M * C * HD; /* [a|b], dx̂, dh */
   const double fl_g = 2.0 * M * C * HD + 2.0 * M * C * 2.0 * HD;
   const double by_k = (double)M * (C * 2 * 2 + C * 2 * 2 + (C + 3 * HD) * 2); /* r x,dout; w y,dinp,ab,h (x re-read in L2) */
-  printf("transition N=%4d  fused kernel alone (one pass over M): %.3f ms (%.0f TFLOP/s, %.0f GB/s);"
+  printf("transition N=%4d  fastest fused kernel alone (one pass over M): %.3f ms (%.0f TFLOP/s, %.0f GB/s);"
          " dW_o + dW_ab GEMMs alone %.3f ms (%.0f TFLOP/s)\n",
          N, tk, fl_k / tk / 1e9, by_k / tk / 1e6, tg, fl_g / tg / 1e9);
   MF_CHECK_CUDA(cudaFree(p.ws));

@@ -15,7 +15,8 @@
  * projection and the transition also run on the shapes the fused backward kernel takes
  * (src/ops/cuda/ln_gemm_bwd.cu: C 64/128, widths % 64 == 0; M not a multiple of its
  * 128-row tile, M = 1, masks, FULL/SCALE/NONE, several chunks, the adding transition
- * backward in place) with that kernel (the default) and with staging + cuBLAS, and the
+ * backward in place) with that kernel (its three configurations) and with staging +
+ * cuBLAS, and the
  * transition backward with gradients skipped (NULL) must reproduce the full call's bits
  * for the gradients it computes. Needs a GPU; not a benchmark. */
 #include <math.h>
@@ -642,12 +643,12 @@ int main(void) {
   }
   mf_ln_linear_cuda_set_variant(default_variant);
 
-  /* The backward's two paths on the shapes the fused kernel takes (C 64/128, O % 64 == 0):
-   * bv = 1 the fused kernel (ln_gemm_bwd_cuda.h, the default), bv = 0 staging + cuBLAS.
+  /* The backward's paths on the shapes the fused kernel takes (C 64/128, O % 64 == 0):
+   * bv = 1..3 the fused kernel's configurations (ln_gemm_bwd_cuda.h), bv = 0 staging +
+   * cuBLAS; the other cases above ran with each kind's default.
    * M not a multiple of the 128-row tile, masks, FULL/SCALE/NONE, multi-chunk, the adding
    * transition backward in place (dinp = dout), gradients skipped. */
-  const int default_bwd = mf_ln_gemm_bwd_set_variant(1);
-  for (int bv = 1; bv >= 0; bv--) {
+  for (int bv = 3; bv >= 0; bv--) { /* the fused kernel's configurations 3, 2, 1; staging */
     mf_ln_gemm_bwd_set_variant(bv);
     test_ln_linear(1000, 64, 256, MF_LN_SCALE, 1, 0, s += 20, 1);
     test_ln_linear(4099, 128, 64, MF_LN_NONE, 0, 1024, s += 20, 1);
@@ -663,7 +664,7 @@ int main(void) {
     test_transition_null(1000, 128, 512, MF_LN_FULL, s += 20);
     test_transition_null(300, 64, 128, MF_LN_SCALE, s += 20);
   }
-  mf_ln_gemm_bwd_set_variant(default_bwd);
+  mf_ln_gemm_bwd_set_variant(-1);
 
   test_dropout(33, 33, 128, MF_DROPOUT_ROWWISE, 0.25, s += 20);
   test_dropout(33, 33, 128, MF_DROPOUT_COLWISE, 0.25, s += 20);

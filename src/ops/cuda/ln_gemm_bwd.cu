@@ -20,30 +20,39 @@
 
 #include "fusion_util.cuh"
 
-#define LGB_BM 128     /* rows per tile */
-#define LGB_WARPS 8    /* 16 rows each */
-#define LGB_THREADS (LGB_WARPS * MF_WARP_SIZE)
-#define LGB_BN 64      /* output/hidden channels per weight chunk */
 #define LGB_MAX_GRID 1024
+#define LGB_MIN_BM 64 /* the smallest tile of any configuration (parts bound) */
 
-static int g_lgb_variant = 1;
+/* Configurations (mf_ln_gemm_bwd_set_variant): 1 = 8 warps (128-row tiles), weight
+ * chunks of 64, one CTA per SM; 2 = 4 warps (64-row tiles), chunks of 32 (64 for
+ * LINEAR), fast sigmoid, several CTAs per SM; 3 = 8 warps, chunks of 32, fast sigmoid. */
+#define LGB_DEFAULTS {2, 2, 2} /* LINEAR, GATED, SWIGLU */
+static int g_lgb_variant[3] = LGB_DEFAULTS;
 
 extern "C" int mf_ln_gemm_bwd_set_variant(int variant) {
-  const int old = g_lgb_variant;
-  g_lgb_variant = variant ? 1 : 0;
+  static const int defaults[3] = LGB_DEFAULTS;
+  const int old = g_lgb_variant[0];
+  for (int k = 0; k < 3; k++)
+    g_lgb_variant[k] = variant >= 0 && variant <= 3 ? variant : defaults[k];
   return old;
 }
 
 static int lgb_aligned(const void *p) { return !p || ((uintptr_t)p & 15) == 0; }
 
-extern "C" int mf_ln_gemm_bwd_supported(int kind, int C, int O, mf_ln_mode mode, const void *p0,
-                                        const void *p1, const void *p2, const void *p3) {
-  if (!g_lgb_variant) return 0;
+static int lgb_shape_ok(int kind, int C, int O, mf_ln_mode mode, const void *p0, const void *p1,
+                        const void *p2, const void *p3) {
+  if (kind < 0 || kind > 2) return 0;
   if (C != 64 && C != 128) return 0;
-  if (O <= 0 || O % LGB_BN) return 0;
+  if (O <= 0 || O % 64) return 0;
   if (kind != MF_LGB_SWIGLU && O > 256) return 0;
   if (mode != MF_LN_FULL && mode != MF_LN_SCALE && mode != MF_LN_NONE) return 0;
   return lgb_aligned(p0) && lgb_aligned(p1) && lgb_aligned(p2) && lgb_aligned(p3);
+}
+
+extern "C" int mf_ln_gemm_bwd_supported(int kind, int C, int O, mf_ln_mode mode, const void *p0,
+                                        const void *p1, const void *p2, const void *p3) {
+  return kind >= 0 && kind <= 2 && g_lgb_variant[kind] &&
+         lgb_shape_ok(kind, C, O, mode, p0, p1, p2, p3);
 }
 
 static int lgb_sms(void) {
@@ -58,8 +67,8 @@ static int lgb_sms(void) {
 }
 
 extern "C" int mf_ln_gemm_bwd_parts(int64_t rows) {
-  int64_t t = (rows + LGB_BM - 1) / LGB_BM;
-  int64_t g = lgb_sms();
+  int64_t t = (rows + LGB_MIN_BM - 1) / LGB_MIN_BM;
+  int64_t g = (int64_t)lgb_sms() * 4;
   if (g > LGB_MAX_GRID) g = LGB_MAX_GRID;
   if (t < g) g = t;
   return (int)(g < 1 ? 1 : g);
@@ -104,6 +113,11 @@ static __device__ __forceinline__ uint32_t lgb_pack(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *(uint32_t *)&v;
 }
+template <bool FAST>
+static __device__ __forceinline__ float lgb_sigmoid(float x) {
+  if constexpr (FAST) return __fdividef(1.0f, 1.0f + __expf(-x));
+  else return mf_sigmoidf(x);
+}
 static __device__ __forceinline__ float2 lgb_unpack(uint32_t u) {
   __nv_bfloat162 v = *(__nv_bfloat162 *)&u;
   return make_float2(__low2float(v), __high2float(v));
@@ -132,28 +146,44 @@ typedef struct {
   int add;
 } lgb_params;
 
-template <int C, int KIND>
+/* C channels, KIND, WARPS warps of 16 rows (tile LGB_BM = 16·WARPS rows), weight chunks of
+ * BN output/hidden channels, FAST sigmoid (__expf, __fdividef), MINB CTAs per SM wanted. */
+template <int C, int KIND, int WARPS, int BN, bool FAST, int MINB>
 struct lgb_cfg {
+  static constexpr int LGB_WARPS = WARPS;
+  static constexpr int LGB_THREADS = WARPS * MF_WARP_SIZE;
+  static constexpr int LGB_BM = 16 * WARPS;
+  static constexpr int LGB_BN = BN;
   static constexpr int LDY = C + 8;                /* y tile row stride (elements) */
   static constexpr int LDW = C + 8;                /* weight chunk row stride */
-  static constexpr int LDO = LGB_BN + 8;           /* w_o slice row stride */
-  static constexpr int WROWS = KIND == MF_LGB_LINEAR ? LGB_BN : 2 * LGB_BN;
+  static constexpr int LDO = BN + 8;               /* w_o slice row stride */
+  static constexpr int WROWS = KIND == MF_LGB_LINEAR ? BN : 2 * BN;
   static constexpr int STAGE = WROWS * LDW + (KIND == MF_LGB_SWIGLU ? C * LDO : 0);
+  /* chunks of 32: the warp's [d· | d· (| h)] rows are staged in shared memory (16 rows of
+   * NS·BN, padded) and stored to global in 16-byte pieces; chunks of 64 store directly */
+  static constexpr bool STG = BN == 32 && KIND != MF_LGB_LINEAR;
+  static constexpr int NS = KIND == MF_LGB_SWIGLU ? 3 : 2;
+  static constexpr int LDS = NS * BN + 8;
+  static constexpr int STG_WARP = STG ? 16 * LDS : 0; /* elements per warp */
+  static size_t smem_bytes(int O) {
+    const int DW = KIND == MF_LGB_SWIGLU ? C : O;
+    return ((size_t)LGB_BM * LDY + (size_t)LGB_BM * (DW + 8) + 2 * (size_t)STAGE +
+            (size_t)WARPS * STG_WARP) * 2 +
+           (size_t)WARPS * 2 * C * 4;
+  }
 };
 
-template <int C, int KIND>
-static size_t lgb_smem_bytes(int O) {
-  typedef lgb_cfg<C, KIND> K;
-  const int DW = KIND == MF_LGB_SWIGLU ? C : O;
-  return ((size_t)LGB_BM * K::LDY + (size_t)LGB_BM * (DW + 8) + 2 * (size_t)K::STAGE) * 2 +
-         (size_t)LGB_WARPS * 2 * C * 4;
-}
-
-template <int C, int KIND>
-static __global__ void __launch_bounds__(LGB_THREADS, 1) lgb_kernel(const lgb_params p) {
-  typedef lgb_cfg<C, KIND> K;
-  constexpr int V = C / 32; /* LN values per lane */
-  constexpr int NT = C / 8; /* n-tiles of dy */
+template <int C, int KIND, int WARPS, int BN, bool FAST, int MINB>
+static __global__ void __launch_bounds__(WARPS * 32, MINB)
+    lgb_kernel(const lgb_params p) {
+  typedef lgb_cfg<C, KIND, WARPS, BN, FAST, MINB> K;
+  constexpr int LGB_WARPS = K::LGB_WARPS, LGB_THREADS = K::LGB_THREADS;
+  constexpr int LGB_BM = K::LGB_BM, LGB_BN = K::LGB_BN;
+  constexpr int V = C / 32;       /* LN values per lane */
+  constexpr int NT = C / 8;       /* n-tiles of dy */
+  constexpr int NJ = LGB_BN / 8;  /* n-tiles of a chunk */
+  constexpr int KJ = LGB_BN / 16; /* k-steps of a chunk */
+  constexpr int PK = (2 * C + LGB_THREADS - 1) / LGB_THREADS; /* partial columns per thread */
   extern __shared__ __align__(16) unsigned char lgb_sm[];
   const int O = p.O;
   const int DW = KIND == MF_LGB_SWIGLU ? C : O;
@@ -161,9 +191,10 @@ static __global__ void __launch_bounds__(LGB_THREADS, 1) lgb_kernel(const lgb_pa
   bf16 *sy = (bf16 *)lgb_sm;                /* (BM, LDY) */
   bf16 *sd = sy + LGB_BM * K::LDY;          /* (BM, LDD) */
   bf16 *sw0 = sd + LGB_BM * LDD;            /* 2 stages */
-  float *red = (float *)(sw0 + 2 * K::STAGE); /* (WARPS, 2C) */
+  float *red = (float *)(sw0 + 2 * K::STAGE + LGB_WARPS * K::STG_WARP); /* (WARPS, 2C) */
   const int tid = threadIdx.x, warp = tid / MF_WARP_SIZE, lane = tid % MF_WARP_SIZE;
   const int g = lane >> 2, t = lane & 3, wr = warp * 16;
+  bf16 *sstg = sw0 + 2 * K::STAGE + warp * K::STG_WARP; /* the warp's (16, LDS) staging */
   const int64_t rows = p.rows;
   const int64_t ntiles = (rows + LGB_BM - 1) / LGB_BM;
   const int nch = O / LGB_BN;
@@ -182,7 +213,7 @@ static __global__ void __launch_bounds__(LGB_THREADS, 1) lgb_kernel(const lgb_pa
     if (KIND == MF_LGB_SWIGLU) {
       bf16 *so = st + K::WROWS * K::LDW;
       for (int i = tid; i < C * (LGB_BN / 8); i += LGB_THREADS) {
-        const int c = i >> 3, v = i & 7;
+        const int c = i / (LGB_BN / 8), v = i % (LGB_BN / 8);
         lgb_cp16(lgb_smem(so + c * K::LDO + v * 8), p.wo + (int64_t)c * O + j0 + v * 8, 16);
       }
     }
@@ -196,7 +227,9 @@ static __global__ void __launch_bounds__(LGB_THREADS, 1) lgb_kernel(const lgb_pa
     gmv[i] = mode != MF_LN_NONE ? mf_bf16_to_f32(p.gamma[c]) : 1.0f;
     btv[i] = mode == MF_LN_FULL ? mf_bf16_to_f32(p.beta[c]) : 0.0f;
   }
-  float pacc = 0.0f; /* column tid of the CTA's [Σ dy⊙x̂ | Σ dy] */
+  float pacc[PK]; /* columns tid + k·THREADS of the CTA's [Σ dy⊙x̂ | Σ dy] */
+#pragma unroll
+  for (int k = 0; k < PK; k++) pacc[k] = 0.0f;
   __shared__ float sgam[C]; /* γ (1 for NONE), for the LayerNorm backward */
   for (int c = tid; c < C; c += LGB_THREADS)
     sgam[c] = mode != MF_LN_NONE ? mf_bf16_to_f32(p.gamma[c]) : 1.0f;
@@ -296,7 +329,7 @@ static __global__ void __launch_bounds__(LGB_THREADS, 1) lgb_kernel(const lgb_pa
       if constexpr (KIND == MF_LGB_LINEAR) {
         if (need_dx) {
 #pragma unroll
-          for (int kk = 0; kk < LGB_BN / 16; kk++) {
+          for (int kk = 0; kk < KJ; kk++) {
             uint32_t a[4];
             lgb_ldsm(a, lgb_smem(sd + (wr + lr) * LDD + j0 + kk * 16 + lh));
 #pragma unroll
@@ -309,10 +342,10 @@ static __global__ void __launch_bounds__(LGB_THREADS, 1) lgb_kernel(const lgb_pa
           }
         }
       } else {
-        /* [p | g] or [a | b] of the chunk: pa, pb (16 × 64 each) */
-        float pa[8][4], pb[8][4], dd[8][4];
+        /* [p | g] or [a | b] of the chunk: pa, pb (16 × BN each) */
+        float pa[NJ][4], pb[NJ][4], dd[NJ][4];
 #pragma unroll
-        for (int n = 0; n < 8; n++)
+        for (int n = 0; n < NJ; n++)
 #pragma unroll
           for (int e = 0; e < 4; e++) pa[n][e] = pb[n][e] = dd[n][e] = 0.0f;
 #pragma unroll
@@ -320,7 +353,7 @@ static __global__ void __launch_bounds__(LGB_THREADS, 1) lgb_kernel(const lgb_pa
           uint32_t a[4];
           lgb_ldsm(a, lgb_smem(sy + (wr + lr) * K::LDY + kk * 16 + lh));
 #pragma unroll
-          for (int np = 0; np < 4; np++) {
+          for (int np = 0; np < NJ / 2; np++) {
             uint32_t b[4];
             lgb_ldsm(b, lgb_smem(sw + (np * 16 + bn) * K::LDW + kk * 16 + bk));
             lgb_mma(pa[2 * np], a, b[0], b[1]);
@@ -331,14 +364,14 @@ static __global__ void __launch_bounds__(LGB_THREADS, 1) lgb_kernel(const lgb_pa
           }
         }
         if constexpr (KIND == MF_LGB_SWIGLU) {
-          /* dh (16 × 64) = dout·w_o[:, j0 : j0 + 64] */
+          /* dh (16 × BN) = dout·w_o[:, j0 : j0 + BN] */
           const bf16 *so = sw + K::WROWS * K::LDW;
 #pragma unroll
           for (int kk = 0; kk < C / 16; kk++) {
             uint32_t a[4];
             lgb_ldsm(a, lgb_smem(sd + (wr + lr) * LDD + kk * 16 + lh));
 #pragma unroll
-            for (int np = 0; np < 4; np++) {
+            for (int np = 0; np < NJ / 2; np++) {
               uint32_t b[4];
               lgb_ldsm_t(b, lgb_smem(so + (kk * 16 + (lane & 7) + bk) * K::LDO + np * 16 + lh));
               lgb_mma(dd[2 * np], a, b[0], b[1]);
@@ -348,7 +381,7 @@ static __global__ void __launch_bounds__(LGB_THREADS, 1) lgb_kernel(const lgb_pa
         } else {
           /* d(out) of the chunk from the dout tile, masked */
 #pragma unroll
-          for (int n = 0; n < 8; n++) {
+          for (int n = 0; n < NJ; n++) {
             const int c = j0 + n * 8 + 2 * t;
             const float2 va = lgb_unpack(*(const uint32_t *)(sd + (wr + g) * LDD + c));
             const float2 vb = lgb_unpack(*(const uint32_t *)(sd + (wr + g + 8) * LDD + c));
@@ -359,9 +392,9 @@ static __global__ void __launch_bounds__(LGB_THREADS, 1) lgb_kernel(const lgb_pa
           }
         }
         /* the elementwise backward → bf16 A fragments ua = d(first), ub = d(second) */
-        uint32_t ua[8][2], ub[8][2];
+        uint32_t ua[NJ][2], ub[NJ][2];
 #pragma unroll
-        for (int n = 0; n < 8; n++) {
+        for (int n = 0; n < NJ; n++) {
 #pragma unroll
           for (int h = 0; h < 2; h++) {
             float u[2], v[2], hh[2];
@@ -369,12 +402,12 @@ static __global__ void __launch_bounds__(LGB_THREADS, 1) lgb_kernel(const lgb_pa
             for (int e = 0; e < 2; e++) {
               const float x = pa[n][2 * h + e], z = pb[n][2 * h + e], d = dd[n][2 * h + e];
               if constexpr (KIND == MF_LGB_SWIGLU) { /* h = silu(a)⊙b */
-                const float s = mf_sigmoidf(x);
+                const float s = lgb_sigmoid<FAST>(x);
                 hh[e] = x * s * z;
                 u[e] = d * z * s * (1.0f + x * (1.0f - s));
                 v[e] = d * x * s;
               } else { /* out = σ(g)⊙p */
-                const float s = mf_sigmoidf(z);
+                const float s = lgb_sigmoid<FAST>(z);
                 hh[e] = 0.0f;
                 u[e] = d * s;
                 v[e] = d * x * s * (1.0f - s);
@@ -382,6 +415,13 @@ static __global__ void __launch_bounds__(LGB_THREADS, 1) lgb_kernel(const lgb_pa
             }
             ua[n][h] = lgb_pack(u[0], u[1]);
             ub[n][h] = lgb_pack(v[0], v[1]);
+            if constexpr (K::STG) {
+              uint32_t *row = (uint32_t *)(sstg + (g + 8 * h) * K::LDS + n * 8 + 2 * t);
+              row[0] = ua[n][h];
+              row[LGB_BN / 2] = ub[n][h];
+              if (KIND == MF_LGB_SWIGLU) row[LGB_BN] = lgb_pack(hh[0], hh[1]);
+              continue;
+            }
             const int64_t r = h ? rb : ra;
             if (r < rows) {
               const int c = j0 + n * 8 + 2 * t;
@@ -394,13 +434,30 @@ static __global__ void __launch_bounds__(LGB_THREADS, 1) lgb_kernel(const lgb_pa
             }
           }
         }
-        /* dy += [ua | ub] (16 × 128) · W_j (128 × C) */
+        if constexpr (K::STG) { /* the staged rows → global, 16 bytes per lane */
+          __syncwarp();
+          constexpr int VR = K::NS * (LGB_BN / 8); /* 16-byte pieces per row */
+#pragma unroll
+          for (int k = 0; k < VR / 2; k++) {
+            const int i = lane + k * 32, rr = i / VR, w8 = i % VR;
+            const int seg = w8 / (LGB_BN / 8), v = w8 % (LGB_BN / 8);
+            const int64_t r = r0 + wr + rr;
+            bf16 *dst = seg == 2 ? p.s2 : p.s1;
+            if (r < rows && dst) {
+              const int64_t off = seg == 2 ? r * O : r * 2 * O + (seg ? O : 0);
+              *(uint4 *)(dst + off + j0 + v * 8) =
+                  *(const uint4 *)(sstg + rr * K::LDS + seg * LGB_BN + v * 8);
+            }
+          }
+          __syncwarp();
+        }
+        /* dy += [ua | ub] (16 × 2BN) · W_j (2BN × C) */
         if (need_dx) {
 #pragma unroll
-          for (int kk = 0; kk < 8; kk++) {
-            const int q = (kk & 3) * 2;
+          for (int kk = 0; kk < 2 * KJ; kk++) {
+            const int q = (kk % KJ) * 2;
             uint32_t a[4];
-            if (kk < 4) {
+            if (kk < KJ) {
               a[0] = ua[q][0]; a[1] = ua[q][1]; a[2] = ua[q + 1][0]; a[3] = ua[q + 1][1];
             } else {
               a[0] = ub[q][0]; a[1] = ub[q][1]; a[2] = ub[q + 1][0]; a[3] = ub[q + 1][1];
@@ -500,29 +557,54 @@ static __global__ void __launch_bounds__(LGB_THREADS, 1) lgb_kernel(const lgb_pa
         }
       }
       __syncthreads();
-      if (tid < 2 * C) {
-        float s = 0.0f;
 #pragma unroll
-        for (int w = 0; w < LGB_WARPS; w++) s += red[w * 2 * C + tid];
-        pacc += s;
+      for (int k = 0; k < PK; k++) {
+        const int col = tid + k * LGB_THREADS;
+        if (col < 2 * C) {
+          float s = 0.0f;
+#pragma unroll
+          for (int w = 0; w < LGB_WARPS; w++) s += red[w * 2 * C + col];
+          pacc[k] += s;
+        }
       }
     }
   }
   lgb_wait<0>();
-  if (p.part && tid < 2 * C) p.part[(int64_t)blockIdx.x * 2 * C + tid] = pacc;
+  if (p.part)
+#pragma unroll
+    for (int k = 0; k < PK; k++) {
+      const int col = tid + k * LGB_THREADS;
+      if (col < 2 * C) p.part[(int64_t)blockIdx.x * 2 * C + col] = pacc[k];
+    }
 }
 
-template <int C, int KIND>
-static void lgb_launch(const lgb_params &p, int grid, cudaStream_t s) {
-  static size_t attr = 0;
-  const size_t smem = lgb_smem_bytes<C, KIND>(p.O);
+/* Launches configuration <C, KIND, WARPS, BN, FAST, MINB>: a persistent grid of
+ * min(tiles, resident CTAs, LGB_MAX_GRID) CTAs (resident = SMs × CTAs per SM from the
+ * occupancy calculator: fixed for one GPU model, so the summation order is too). */
+template <int C, int KIND, int WARPS, int BN, bool FAST, int MINB>
+static int lgb_launch(const lgb_params &p, cudaStream_t s) {
+  typedef lgb_cfg<C, KIND, WARPS, BN, FAST, MINB> K;
+  static size_t attr = 0, occ_smem = 0;
+  static int occ = 1;
+  const size_t smem = K::smem_bytes(p.O);
   if (smem > attr) {
-    MF_CHECK_CUDA(cudaFuncSetAttribute(lgb_kernel<C, KIND>,
+    MF_CHECK_CUDA(cudaFuncSetAttribute(lgb_kernel<C, KIND, WARPS, BN, FAST, MINB>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     attr = smem;
   }
-  lgb_kernel<C, KIND><<<grid, LGB_THREADS, smem, s>>>(p);
+  if (smem != occ_smem) {
+    MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &occ, lgb_kernel<C, KIND, WARPS, BN, FAST, MINB>, K::LGB_THREADS, smem));
+    occ = occ < 1 ? 1 : (occ > 4 ? 4 : occ);
+    occ_smem = smem;
+  }
+  const int64_t tiles = (p.rows + K::LGB_BM - 1) / K::LGB_BM;
+  int64_t grid = (int64_t)lgb_sms() * occ;
+  if (grid > LGB_MAX_GRID) grid = LGB_MAX_GRID;
+  if (grid > tiles) grid = tiles;
+  lgb_kernel<C, KIND, WARPS, BN, FAST, MINB><<<(unsigned)grid, K::LGB_THREADS, smem, s>>>(p);
   MF_CHECK_LAUNCH();
+  return (int)grid;
 }
 
 extern "C" int mf_ln_gemm_bwd_cuda(int kind, bf16 *dinp, int add, float *part, bf16 *y, bf16 *s1,
@@ -531,31 +613,38 @@ extern "C" int mf_ln_gemm_bwd_cuda(int kind, bf16 *dinp, int add, float *part, b
                                    const bf16 *beta, const bf16 *w, const bf16 *w_o,
                                    const uint8_t *mask, int64_t rows, int C, int O,
                                    mf_ln_mode mode, cudaStream_t stream) {
-  const int sup = g_lgb_variant;
-  g_lgb_variant = 1; /* the shape check, independent of the variant in force */
-  const int ok = mf_ln_gemm_bwd_supported(kind, C, O, mode, inp, dout, w, w_o);
-  g_lgb_variant = sup;
-  MF_ASSERT(ok && mean && rstd && inp && dout && w, "ln_gemm_bwd: unsupported kind=%d C=%d O=%d mode=%d",
+  MF_ASSERT(kind >= 0 && kind <= 2, "ln_gemm_bwd: kind %d", kind);
+  /* variant 0 (the ops' staging path) does not stop a direct call: configuration 1 */
+  const int var = g_lgb_variant[kind] ? g_lgb_variant[kind] : 1;
+  MF_ASSERT(lgb_shape_ok(kind, C, O, mode, inp, dout, w, w_o) && mean && rstd && inp && dout && w, "ln_gemm_bwd: unsupported kind=%d C=%d O=%d mode=%d",
             kind, C, O, (int)mode);
   MF_ASSERT(kind != MF_LGB_SWIGLU || w_o, "ln_gemm_bwd: w_o required");
   MF_ASSERT(mode == MF_LN_NONE || gamma, "ln_gemm_bwd: gamma required");
   MF_ASSERT(mode != MF_LN_FULL || beta, "ln_gemm_bwd: beta required");
   MF_ASSERT(!dinp || ((uintptr_t)dinp & 3) == 0, "ln_gemm_bwd: dinp alignment");
   if (rows <= 0) return 0;
-  const int grid = mf_ln_gemm_bwd_parts(rows);
-  MF_ASSERT(!dcopy || (((uintptr_t)dcopy & 15) == 0 && kind == MF_LGB_SWIGLU),
-            "ln_gemm_bwd: dcopy is for SWIGLU, 16-byte aligned");
   lgb_params p = {dinp, part, y, s1, s2, dcopy, dout, mean, rstd, inp, gamma, beta, w, w_o, mask,
                   rows, O, (int)mode, add};
-#define LGB_CASE(C_, K_) \
-  if (C == C_ && kind == K_) { lgb_launch<C_, K_>(p, grid, stream); return grid; }
-  LGB_CASE(64, MF_LGB_LINEAR)
-  LGB_CASE(64, MF_LGB_GATED)
-  LGB_CASE(64, MF_LGB_SWIGLU)
-  LGB_CASE(128, MF_LGB_LINEAR)
-  LGB_CASE(128, MF_LGB_GATED)
-  LGB_CASE(128, MF_LGB_SWIGLU)
-#undef LGB_CASE
+#define LGB_CFG(C_, K_, W_, BN_, F_, MB_) \
+  if (C == C_ && kind == K_) return lgb_launch<C_, K_, W_, BN_, F_, MB_>(p, stream);
+#define LGB_VARIANTS(C_)                                             \
+  if (var == 1) {                                                    \
+    LGB_CFG(C_, MF_LGB_LINEAR, 8, 64, false, 1)                      \
+    LGB_CFG(C_, MF_LGB_GATED, 8, 64, false, 1)                       \
+    LGB_CFG(C_, MF_LGB_SWIGLU, 8, 64, false, 1)                      \
+  } else if (var == 2) {                                             \
+    LGB_CFG(C_, MF_LGB_LINEAR, 4, 64, true, 3)                       \
+    LGB_CFG(C_, MF_LGB_GATED, 4, 32, true, 2)                        \
+    LGB_CFG(C_, MF_LGB_SWIGLU, 4, 32, true, 2)                       \
+  } else {                                                           \
+    LGB_CFG(C_, MF_LGB_LINEAR, 8, 64, true, 1)                       \
+    LGB_CFG(C_, MF_LGB_GATED, 8, 32, true, 1)                        \
+    LGB_CFG(C_, MF_LGB_SWIGLU, 8, 32, true, 1)                       \
+  }
+  LGB_VARIANTS(64)
+  LGB_VARIANTS(128)
+#undef LGB_VARIANTS
+#undef LGB_CFG
   MF_FATAL("ln_gemm_bwd: kind %d", kind);
   return 0;
 }

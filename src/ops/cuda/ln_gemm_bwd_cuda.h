@@ -39,8 +39,13 @@ extern "C" {
 
 enum { MF_LGB_LINEAR = 0, MF_LGB_GATED = 1, MF_LGB_SWIGLU = 2 };
 
-/* 1 (default): the ops' backwards use the fused kernel where supported; 0: always LN
- * staging + cuBLAS (for the tests, the lab and the benchmark). Returns the previous value. */
+/* What the ops' backwards run where the fused kernel supports the shape, for all three
+ * kinds (for the tests, the lab and the benchmark): 0 LN staging + cuBLAS (the kernel
+ * off); 1..3 the fused kernel in one of its configurations — 1: 8 warps over 128-row
+ * tiles, weight chunks of 64, one CTA per SM; 2: 4 warps over 64-row tiles, chunks of 32
+ * (64 for LINEAR), fast sigmoid (__expf, __fdividef), 2–3 CTAs per SM; 3: 8 warps,
+ * chunks of 32, fast sigmoid; −1: each kind's default (ln_gemm_bwd.cu, LGB_DEFAULTS:
+ * the fastest measured). Returns the previous variant of LINEAR. */
 int mf_ln_gemm_bwd_set_variant(int variant);
 
 /* Whether the fused kernel takes this shape: variant 1 in force, C 64 or 128, O % 64 == 0
