@@ -15,10 +15,10 @@
  * projection and the transition also run on the shapes the fused backward kernel takes
  * (src/ops/cuda/ln_gemm_bwd.cu: C 64/128, widths % 64 == 0; M not a multiple of its
  * 128-row tile, M = 1, masks, FULL/SCALE/NONE, several chunks, the adding transition
- * backward in place) with that kernel (its three configurations) and with staging +
- * cuBLAS, and the
- * transition backward with gradients skipped (NULL) must reproduce the full call's bits
- * for the gradients it computes. Needs a GPU; not a benchmark. */
+ * backward in place) with that kernel (its three configurations; it is opt-in) and with
+ * staging + cuBLAS (the default), and the transition backward with gradients skipped
+ * (NULL) must reproduce the full call's bits for the gradients it computes. Needs a GPU;
+ * not a benchmark. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -14,8 +14,25 @@
  *   dy (16 × C, fp32 registers) += [d· | d·]·W_j  (LINEAR: dy += dout_j·W_j).
  * Then the LayerNorm backward from the registers: row sums by quad shuffles, dinp
  * written (or added), column partials of dγ/dβ reduced over the warp's rows by shuffles,
- * over the 8 warps through shared memory in warp order, and over the CTA's tiles in tile
- * order in one register per column; one partial row per CTA at the end. */
+ * over the warps through shared memory in warp order, and over the CTA's tiles in tile
+ * order in registers; one partial row per CTA at the end.
+ *
+ * Measured on an H200 (dev/cuda/bwd_lab.cu, 2026-11-30, M = N² rows, C = 128, FULL; whole
+ * backward incl. the cuBLAS weight gradients, ms, staging / configurations 1 / 2 / 3):
+ *   LN + Linear 128→128  N = 384: 0.149 / 0.202 / 0.194 / 0.201   N = 768: 0.542 / 0.758 / 0.723 / 0.756
+ *   gated 128→128        N = 384: 0.251 / 0.308 / 0.296 / 0.299   N = 768: 0.941 / 1.158 / 1.121 / 1.132
+ *   transition Hd = 512  N = 384: 0.785 / 1.024 / 0.926 / 0.905   N = 768: 3.036 / 3.643 / 3.338 / 3.243
+ * so it is OFF by default (LGB_DEFAULTS); mf_ln_gemm_bwd_set_variant(1..3) turns it on.
+ * Where the time goes (transition, N = 768): the kernel alone 2.45 ms (configuration 3;
+ * 158 TFLOP/s of its 386 GFLOP), the two dW GEMMs 0.52 ms (447 TFLOP/s). The kernel's
+ * shared-memory floor — ldmatrix.x4 for every B fragment, 16-row warp tiles (dy must stay
+ * in registers), about 12k ldmatrix.x4 per 128-row tile at 128 B/clk — is ≈ 28 µs per
+ * tile, 0.95 ms at N = 768; it runs at ≈ 70 µs per tile. Suspects not yet profiled: the
+ * fully unrolled code (72–106 KB of SASS per instantiation, beyond the instruction cache),
+ * one or two CTAs of 8 warps per SM serialising LN prologue / chunks / epilogue, and the
+ * 255-register budget leaving no room to software-pipeline ldmatrix → mma. LINEAR does
+ * little math and still reaches only ≈ 1.2 TB/s: latency-bound. Next levers: ncu stall
+ * reasons; less unrolling outside the chunk loop; wgmma with B from shared memory. */
 #include "ln_gemm_bwd_cuda.h"
 
 #include "fusion_util.cuh"
@@ -26,7 +43,9 @@
 /* Configurations (mf_ln_gemm_bwd_set_variant): 1 = 8 warps (128-row tiles), weight
  * chunks of 64, one CTA per SM; 2 = 4 warps (64-row tiles), chunks of 32 (64 for
  * LINEAR), fast sigmoid, several CTAs per SM; 3 = 8 warps, chunks of 32, fast sigmoid. */
-#define LGB_DEFAULTS {2, 2, 2} /* LINEAR, GATED, SWIGLU */
+/* Defaults per kind (LINEAR, GATED, SWIGLU): 0 = staging + cuBLAS, because every
+ * configuration measured slower (see the file comment). */
+#define LGB_DEFAULTS {0, 0, 0}
 static int g_lgb_variant[3] = LGB_DEFAULTS;
 
 extern "C" int mf_ln_gemm_bwd_set_variant(int variant) {

@@ -726,7 +726,8 @@ extern "C" void mf_ln_linear_backward_cuda(bf16 *dinp, float *dgamma, float *dbe
   MF_ASSERT(lnl_carve(&w, NULL, M, C, O) <= ws_bytes, "ln_linear_cuda: workspace too small");
   lnl_carve(&w, ws, M, C, O);
   const int64_t R = lnl_chunk(M, C, O);
-  /* the fused kernel (ln_gemm_bwd_cuda.h): y, dy = dout·W and the LN backward on chip */
+  /* opt-in (off by default: measured slower): the fused kernel of ln_gemm_bwd_cuda.h —
+   * y, dy = dout·W and the LN backward on chip */
   const int fused = need_dy && mf_ln_gemm_bwd_supported(MF_LGB_LINEAR, C, O, mode, inp, dout,
                                                         weight, dinp);
   if (dbias) launch_fill_bf16(w.ones, 1.0f, R, stream);
@@ -849,8 +850,9 @@ extern "C" void mf_gated_linear_backward_cuda(bf16 *dinp, float *dgamma, float *
   MF_ASSERT(gl_carve(&w, NULL, M, C, O) <= ws_bytes, "gated_linear_cuda: workspace too small");
   gl_carve(&w, ws, M, C, O);
   const int64_t R = gl_chunk(M, C, O);
-  /* the fused kernel (ln_gemm_bwd_cuda.h): y, [p | g], [dp | dg], dy and the LN backward on
-   * chip; writes y and [dp | dg] for the dw_pg GEMM */
+  /* opt-in (off by default: measured slower): the fused kernel of ln_gemm_bwd_cuda.h —
+   * y, [p | g], [dp | dg], dy and the LN backward on chip; writes y and [dp | dg] for the
+   * dw_pg GEMM */
   const int fused = !ident && (need_dy || dw_pg) &&
                     mf_ln_gemm_bwd_supported(MF_LGB_GATED, C, O, mode, inp, dout, w_pg, dinp);
   for (int64_t r0 = 0; r0 < M; r0 += R) {

@@ -186,9 +186,10 @@ static void tr_backward(bf16 *dinp, float *dgamma, float *dbeta, float *dw_ab, f
   MF_ASSERT(tr_carve(&w, NULL, M, C, Hd) <= ws_bytes, "transition_cuda: workspace too small");
   tr_carve(&w, ws, M, C, Hd);
   const int64_t R = tr_chunk(M, C, Hd);
-  /* the fused kernel (ln_gemm_bwd_cuda.h): x̂, [a | b], dh, [da | db], dx̂ and the LN
-   * backward on chip; writes x̂, h and [da | db] for the weight-gradient GEMMs. When dinp
-   * overwrites dout (the adding backward in place) it also writes a copy of dout for dw_o. */
+  /* opt-in (off by default: measured slower): the fused kernel of ln_gemm_bwd_cuda.h —
+   * x̂, [a | b], dh, [da | db], dx̂ and the LN backward on chip; writes x̂, h and [da | db]
+   * for the weight-gradient GEMMs. When dinp overwrites dout (the adding backward in
+   * place) it also writes a copy of dout for dw_o. */
   const int fused = !ident && (!dinp || ((uintptr_t)dinp & 3) == 0) &&
                     mf_ln_gemm_bwd_supported(MF_LGB_SWIGLU, C, Hd, mode, inp, dout, w_ab, w_o);
   const int alias = dinp && dw_o && (const bf16 *)dinp < dout + M * C && dout < dinp + M * C;
