@@ -11,7 +11,14 @@
  * multi-chunk paths (partial last chunk, accumulated weight gradients) are exercised.
  * Every output is poisoned with NaN before the run; parameter gradients start from
  * random values (they accumulate) and the increments are compared; every case runs
- * twice and must be bit-identical. Needs a GPU; not a benchmark. */
+ * twice and must be bit-identical. The backwards of LayerNorm + Linear, the gated
+ * projection and the transition also run on the shapes the fused backward kernel takes
+ * (src/ops/cuda/ln_gemm_bwd.cu: C 64/128, widths % 64 == 0; M not a multiple of its
+ * 128-row tile, M = 1, masks, FULL/SCALE/NONE, several chunks, the adding transition
+ * backward in place) with that kernel (its three configurations; it is opt-in) and with
+ * staging + cuBLAS (the default), and the transition backward with gradients skipped
+ * (NULL) must reproduce the full call's bits for the gradients it computes. Needs a GPU;
+ * not a benchmark. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +29,7 @@
 #include "ops/cuda/dropout_cuda.h"
 #include "ops/cuda/gemm_cuda.h"
 #include "ops/cuda/gpu.h"
+#include "ops/cuda/ln_gemm_bwd_cuda.h"
 #include "ops/cuda/ln_gemm_cuda.h"
 #include "ops/cuda/ln_linear_cuda.h"
 #include "ops/cuda/transition_cuda.h"
@@ -455,6 +463,78 @@ static void test_ln_gemm_swiglu(int64_t M, int C, int O, mf_ln_mode mode, uint64
   mf_test_free_all();
 }
 
+/* Appends a copy of src's result i to dst. */
+static void raw_dup(raw_set *dst, const raw_set *src, int i) {
+  MF_ASSERT(dst->n < GPU_TEST_MAX_OUTS && i < src->n, "raw_dup");
+  dst->raw[dst->n] = malloc(src->bytes[i]);
+  MF_CHECK_PTR(dst->raw[dst->n]);
+  memcpy(dst->raw[dst->n], src->raw[i], src->bytes[i]);
+  dst->bytes[dst->n++] = src->bytes[i];
+}
+
+/* The transition backward with gradients skipped (NULL) must give the same bits for the
+ * gradients it does compute as the full call: the fused backward writes x̂, h, [da | db]
+ * and dout's copy only for the GEMMs that need them, and skips dy without dinp/dγ/dβ. */
+static void test_transition_null(int64_t M, int C, int Hd, mf_ln_mode mode, uint64_t seed) {
+  char what[160];
+  double *x = mf_test_alloc(M * C), *g = mf_test_alloc(C), *b = mf_test_alloc(C);
+  double *Wab = mf_test_alloc(2 * (int64_t)Hd * C), *Wo = mf_test_alloc((int64_t)C * Hd);
+  double *dout = mf_test_alloc(M * C);
+  rand_bf16(x, M * C, seed + 1, 1.5, 0.3);
+  rand_bf16(g, C, seed + 2, 0.2, 1.0);
+  rand_bf16(b, C, seed + 3, 0.2, 0.0);
+  rand_bf16(Wab, 2 * (int64_t)Hd * C, seed + 4, 1.0 / sqrt((double)C), 0.0);
+  rand_bf16(Wo, (int64_t)C * Hd, seed + 5, 1.0 / sqrt((double)Hd), 0.0);
+  rand_bf16(dout, M * C, seed + 6, 1.0, 0.0);
+  mf_bf16_t *x_d = to_bf16(x, M * C), *g_d = to_bf16(g, C), *b_d = to_bf16(b, C);
+  mf_bf16_t *Wab_d = to_bf16(Wab, 2 * (int64_t)Hd * C), *Wo_d = to_bf16(Wo, (int64_t)C * Hd);
+  mf_bf16_t *dout_d = to_bf16(dout, M * C), *out_d = (mf_bf16_t *)dev_alloc(M * C * 2);
+  mf_bf16_t *dx_d = (mf_bf16_t *)dev_alloc(M * C * 2);
+  float *mean_d = (float *)dev_alloc(M * 4), *rstd_d = (float *)dev_alloc(M * 4);
+  const size_t wsb = mf_transition_cuda_workspace(M, C, Hd);
+  void *ws = ws_alloc(wsb);
+  mf_transition_forward_cuda(out_d, mean_d, rstd_d, x_d, g_d, b_d, Wab_d, Wo_d, M, C, Hd, mode, 0,
+                             ws, wsb, &g_blas, 0);
+  const size_t nab = (size_t)2 * Hd * C * 4, no = (size_t)C * Hd * 4;
+  raw_set full = {}, part = {};
+  /* 0: everything; 1: dinp only; 2: weight gradients only; 3: dγ/dβ only; 4: dw_o only */
+  for (int k = 0; k < 5; k++) {
+    float *dg_d = (float *)dev_alloc(C * 4), *db_d = (float *)dev_alloc(C * 4);
+    float *dWab_d = (float *)dev_alloc(nab), *dWo_d = (float *)dev_alloc(no);
+    MF_CHECK_CUDA(cudaMemset(dg_d, 0, C * 4));
+    MF_CHECK_CUDA(cudaMemset(db_d, 0, C * 4));
+    MF_CHECK_CUDA(cudaMemset(dWab_d, 0, nab));
+    MF_CHECK_CUDA(cudaMemset(dWo_d, 0, no));
+    poison(dx_d, M * C * 2);
+    const int want_dx = k == 0 || k == 1, want_w = k == 0 || k == 2, want_g = k == 0 || k == 3;
+    mf_transition_backward_cuda(want_dx ? dx_d : NULL, want_g ? dg_d : NULL, want_g ? db_d : NULL,
+                                want_w ? dWab_d : NULL, (want_w || k == 4) ? dWo_d : NULL, dout_d,
+                                mean_d, rstd_d, x_d, g_d, b_d, Wab_d, Wo_d, M, C, Hd, mode, ws,
+                                wsb, &g_blas, 0);
+    MF_CHECK_CUDA(cudaDeviceSynchronize());
+    raw_set *r = k == 0 ? &full : &part;
+    if (want_dx) raw_add(r, dx_d, M * C * 2);
+    if (want_w) raw_add(r, dWab_d, nab);
+    if (want_w || k == 4) raw_add(r, dWo_d, no);
+    if (want_g && mode != MF_LN_NONE) raw_add(r, dg_d, C * 4);
+    if (want_g && mode == MF_LN_FULL) raw_add(r, db_d, C * 4);
+  }
+  /* full holds [dx, dWab, dWo, (dγ), (dβ)]; the partial runs, in order, hold
+   * [dx] [dWab, dWo] [(dγ), (dβ)] [dWo] */
+  MF_TEST(full.n >= 3, "transition null-skips: full run recorded");
+  raw_set ref = {};
+  for (int i = 0; i < full.n; i++) raw_dup(&ref, &full, i);
+  raw_dup(&ref, &full, 2);
+  snprintf(what, sizeof what, "transition M=%lld C=%d Hd=%d %s: NULL-skipped gradients",
+           (long long)M, C, Hd, mode_name(mode));
+  MF_TEST(raw_same(&ref, &part), "%s: the computed ones bit-identical to the full call's", what);
+  raw_free(&full);
+  raw_free(&part);
+  raw_free(&ref);
+  dev_free_all();
+  mf_test_free_all();
+}
+
 /* ================================================================ residual + dropout */
 
 static void test_dropout(int64_t A, int64_t B, int C, mf_dropout_axis axis, double p, uint64_t seed) {
@@ -673,6 +753,29 @@ int main(void) {
   test_ln_gemm_swiglu(300, 128, 128, MF_LN_FULL, s += 20);
   test_ln_gemm_swiglu(1000, 64, 80, MF_LN_SCALE, s += 20);
   test_ln_gemm_swiglu(129, 256, 64, MF_LN_NONE, s += 20);
+
+  /* The backward's paths on the shapes the fused kernel takes (C 64/128, O % 64 == 0):
+   * bv = 1..3 the fused kernel's configurations (ln_gemm_bwd_cuda.h), bv = 0 staging +
+   * cuBLAS; the other cases above ran with each kind's default.
+   * M not a multiple of the 128-row tile, masks, FULL/SCALE/NONE, multi-chunk, the adding
+   * transition backward in place (dinp = dout), gradients skipped. */
+  for (int bv = 3; bv >= 0; bv--) { /* the fused kernel's configurations 3, 2, 1; staging */
+    mf_ln_gemm_bwd_set_variant(bv);
+    test_ln_linear(1000, 64, 256, MF_LN_SCALE, 1, 0, s += 20, 1);
+    test_ln_linear(4099, 128, 64, MF_LN_NONE, 0, 1024, s += 20, 1);
+    test_ln_linear(1, 128, 128, MF_LN_FULL, 0, 0, s += 20, 1);
+    test_gated(1000, 64, 128, MF_LN_NONE, 1, 0, s += 20, 1);
+    test_gated(4099, 128, 256, MF_LN_FULL, 1, 1024, s += 20, 1);
+    test_gated(130, 128, 64, MF_LN_SCALE, 0, 0, s += 20, 1);
+    test_transition(1000, 64, 256, MF_LN_SCALE, 1, 0, s += 20, 1);
+    test_transition(4099, 128, 512, MF_LN_NONE, 1, 1024, s += 20, 1);
+    test_transition(129, 128, 64, MF_LN_FULL, 0, 0, s += 20, 1);
+    test_transition(7, 64, 128, MF_LN_FULL, 1, 0, s += 20, 1);
+    test_transition(2000, 128, 512, MF_LN_SCALE, 1, 512, s += 20, 1);
+    test_transition_null(1000, 128, 512, MF_LN_FULL, s += 20);
+    test_transition_null(300, 64, 128, MF_LN_SCALE, s += 20);
+  }
+  mf_ln_gemm_bwd_set_variant(-1);
 
   test_dropout(33, 33, 128, MF_DROPOUT_ROWWISE, 0.25, s += 20);
   test_dropout(33, 33, 128, MF_DROPOUT_COLWISE, 0.25, s += 20);

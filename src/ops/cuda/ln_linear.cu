@@ -10,6 +10,7 @@
 
 #include "fusion_util.cuh"
 #include "ln_gemm_cuda.h"
+#include "ln_gemm_bwd_cuda.h"
 
 #define LN_ROWS_PER_BLOCK 8 /* warps per block, one row each */
 #define LN_BWD_MAX_BLOCKS 1056 /* 8 blocks of 8 warps per SM on 132 SMs */
@@ -736,6 +737,10 @@ extern "C" void mf_ln_linear_backward_cuda(bf16 *dinp, float *dgamma, float *dbe
   MF_ASSERT(lnl_carve(&w, NULL, M, C, O) <= ws_bytes, "ln_linear_cuda: workspace too small");
   lnl_carve(&w, ws, M, C, O);
   const int64_t R = lnl_chunk(M, C, O);
+  /* opt-in (off by default: measured slower): the fused kernel of ln_gemm_bwd_cuda.h —
+   * y, dy = dout·W and the LN backward on chip */
+  const int fused = need_dy && mf_ln_gemm_bwd_supported(MF_LGB_LINEAR, C, O, mode, inp, dout,
+                                                        weight, dinp);
   if (dbias) launch_fill_bf16(w.ones, 1.0f, R, stream);
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
@@ -744,6 +749,17 @@ extern "C" void mf_ln_linear_backward_cuda(bf16 *dinp, float *dgamma, float *dbe
     if (dbias)
       mf_gemm_rm_cuda(blas, stream, 0, 0, 1, O, rows, 1.0f, w.ones, rows, dout_c, O, 1.0f, dbias,
                       MF_GEMM_OUT_F32, O);
+    if (fused) {
+      const int parts = mf_ln_gemm_bwd_cuda(
+          MF_LGB_LINEAR, dinp ? dinp + r0 * C : NULL, 0, (dgamma || dbeta) ? w.part : NULL,
+          dweight ? w.y : NULL, NULL, NULL, NULL, dout_c, mean + r0, rstd + r0, inp + r0 * C,
+          gamma, beta, weight, NULL, NULL, rows, C, O, mode, stream);
+      if (dweight)
+        mf_gemm_rm_cuda(blas, stream, 1, 0, O, C, rows, 1.0f, dout_c, O, w.y, C, 1.0f, dweight,
+                        MF_GEMM_OUT_F32, C);
+      mf_ln_param_grad_reduce_cuda(dgamma, dbeta, w.part, parts, C, stream);
+      continue;
+    }
     if (dweight) {
       launch_ln_rows(w.y, (float *)mean + r0, (float *)rstd + r0, inp + r0 * C, gamma, beta,
                      rows, C, mode, 1, stream);
@@ -850,9 +866,26 @@ extern "C" void mf_gated_linear_backward_cuda(bf16 *dinp, float *dgamma, float *
   MF_ASSERT(gl_carve(&w, NULL, M, C, O) <= ws_bytes, "gated_linear_cuda: workspace too small");
   gl_carve(&w, ws, M, C, O);
   const int64_t R = gl_chunk(M, C, O);
+  /* opt-in (off by default: measured slower): the fused kernel of ln_gemm_bwd_cuda.h —
+   * y, [p | g], [dp | dg], dy and the LN backward on chip; writes y and [dp | dg] for the
+   * dw_pg GEMM */
+  const int fused = !ident && (need_dy || dw_pg) &&
+                    mf_ln_gemm_bwd_supported(MF_LGB_GATED, C, O, mode, inp, dout, w_pg, dinp);
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
     const bf16 *y = inp + r0 * C;
+    if (fused) {
+      const int parts = mf_ln_gemm_bwd_cuda(
+          MF_LGB_GATED, dinp ? dinp + r0 * C : NULL, 0, (dgamma || dbeta) ? w.part : NULL,
+          dw_pg ? w.y : NULL, dw_pg ? w.pg : NULL, NULL, NULL, dout + r0 * O, mean + r0,
+          rstd + r0, inp + r0 * C, gamma, beta, w_pg, NULL, mask ? mask + r0 : NULL, rows, C, O,
+          mode, stream);
+      if (dw_pg)
+        mf_gemm_rm_cuda(blas, stream, 1, 0, 2 * O, C, rows, 1.0f, w.pg, 2 * O, w.y, C, 1.0f,
+                        dw_pg, MF_GEMM_OUT_F32, C);
+      mf_ln_param_grad_reduce_cuda(dgamma, dbeta, w.part, parts, C, stream);
+      continue;
+    }
     if (!ident) {
       launch_ln_rows(w.y, (float *)mean + r0, (float *)rstd + r0, y, gamma, beta, rows, C, mode,
                      1, stream);

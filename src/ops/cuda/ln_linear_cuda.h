@@ -99,8 +99,8 @@ void mf_ln_param_grad_reduce_cuda(float *dgamma, float *dbeta, float *part, int 
  *             O % 64 == 0, mode is not IDENTITY and the pointers are 16-byte aligned
  *             (else variant 1). Tested, but 1.8–3× slower than variant 1 (ln_linear.cu
  *             says why); kept for comparison only.
- * The backwards are always staging + cuBLAS. Sets the variant (for the lab, the tests
- * and the benchmark); returns the previous one. */
+ * The backwards do not follow this variant (see the backward functions below). Sets the
+ * variant (for the lab, the tests and the benchmark); returns the previous one. */
 int mf_ln_linear_cuda_set_variant(int variant);
 /* The variant in force. */
 int mf_ln_linear_cuda_get_variant(void);
@@ -133,7 +133,12 @@ void mf_ln_linear_forward_cuda(__nv_bfloat16 *out, float *mean, float *rstd,
                                const mf_cuda_blas *blas, cudaStream_t stream);
 
 /* dinp (M, C); dgamma, dbeta (C), dweight (O, C), dbias (O) fp32 (+=);
- * dout (M, O); mean, rstd (M) from the forward. */
+ * dout (M, O); mean, rstd (M) from the forward.
+ * Runs LN staging + cuBLAS + the LN row backward per chunk (the default); with
+ * mf_ln_gemm_bwd_set_variant(1..3) and where mf_ln_gemm_bwd_supported (C 64 or 128,
+ * O % 64 == 0, O <= 256, dinp or dγ/dβ wanted) instead the fused backward kernel of
+ * ln_gemm_bwd_cuda.h (y, dy = dout·W and the LayerNorm backward on chip) plus cuBLAS for
+ * dweight += doutᵀ·y and dbias — measured slower on an H200, hence opt-in. */
 void mf_ln_linear_backward_cuda(__nv_bfloat16 *dinp, float *dgamma, float *dbeta,
                                 float *dweight, float *dbias, const __nv_bfloat16 *dout,
                                 const float *mean, const float *rstd, const __nv_bfloat16 *inp,
@@ -159,7 +164,12 @@ void mf_gated_linear_forward_cuda(__nv_bfloat16 *out, float *mean, float *rstd,
 
 /* Recomputes y and the GEMM chunk by chunk: d(p) = dout⊙mask⊙s, d(gate logit) =
  * dout⊙mask⊙p⊙s(1−s) → dw_pg (2O, C) += [dp | dg]ᵀ·y (one GEMM), dy = [dp | dg]·w_pg
- * (one GEMM), then the LayerNorm backward. dinp (M, C) ASSIGN; dgamma, dbeta (C) +=. */
+ * (one GEMM), then the LayerNorm backward. dinp (M, C) ASSIGN; dgamma, dbeta (C) +=.
+ * Default: LN staging + cuBLAS + the elementwise and LN row backward kernels. Opt-in
+ * (mf_ln_gemm_bwd_set_variant(1..3), where mf_ln_gemm_bwd_supported: C 64 or 128,
+ * O % 64 == 0, O <= 256, not IDENTITY): the fused backward kernel of ln_gemm_bwd_cuda.h
+ * ([p | g], [dp | dg], dy and the LN backward on chip; it writes y and [dp | dg] for the
+ * dw_pg GEMM, cuBLAS) — measured slower on an H200. */
 void mf_gated_linear_backward_cuda(__nv_bfloat16 *dinp, float *dgamma, float *dbeta,
                                    float *dw_pg, const __nv_bfloat16 *dout, const float *mean,
                                    const float *rstd, const __nv_bfloat16 *inp,

@@ -8,6 +8,7 @@
 
 #include "fusion_util.cuh"
 #include "ln_gemm_cuda.h"
+#include "ln_gemm_bwd_cuda.h"
 #include "ln_linear_cuda.h"
 
 /* The kernels take VEC = 8 consecutive hidden channels per thread when Hd % 8 == 0. */
@@ -195,10 +196,32 @@ static void tr_backward(bf16 *dinp, float *dgamma, float *dbeta, float *dw_ab, f
   MF_ASSERT(tr_carve(&w, NULL, M, C, Hd) <= ws_bytes, "transition_cuda: workspace too small");
   tr_carve(&w, ws, M, C, Hd);
   const int64_t R = tr_chunk(M, C, Hd);
+  /* opt-in (off by default: measured slower): the fused kernel of ln_gemm_bwd_cuda.h —
+   * x̂, [a | b], dh, [da | db], dx̂ and the LN backward on chip; writes x̂, h and [da | db]
+   * for the weight-gradient GEMMs. When dinp overwrites dout (the adding backward in
+   * place) it also writes a copy of dout for dw_o. */
+  const int fused = !ident && (!dinp || ((uintptr_t)dinp & 3) == 0) &&
+                    mf_ln_gemm_bwd_supported(MF_LGB_SWIGLU, C, Hd, mode, inp, dout, w_ab, w_o);
+  const int alias = dinp && dw_o && (const bf16 *)dinp < dout + M * C && dout < dinp + M * C;
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
     const bf16 *dy = dout + r0 * C; /* (rows, C) */
     const bf16 *x = inp + r0 * C;   /* (rows, C) */
+    if (fused) {
+      bf16 *dcopy = alias ? (bf16 *)w.dxh : NULL; /* (rows, C): dxh is unused on this path */
+      const int parts = mf_ln_gemm_bwd_cuda(
+          MF_LGB_SWIGLU, dinp ? dinp + r0 * C : NULL, add_dinp, (dgamma || dbeta) ? w.part : NULL,
+          dw_ab ? w.xh : NULL, dw_ab ? w.ab : NULL, dw_o ? w.h : NULL, dcopy, dy, mean + r0,
+          rstd + r0, x, gamma, beta, w_ab, w_o, NULL, rows, C, Hd, mode, stream);
+      if (dw_o)
+        mf_gemm_rm_cuda(blas, stream, 1, 0, C, Hd, rows, 1.0f, dcopy ? dcopy : dy, C, w.h, Hd,
+                        1.0f, dw_o, MF_GEMM_OUT_F32, Hd);
+      if (dw_ab)
+        mf_gemm_rm_cuda(blas, stream, 1, 0, 2 * Hd, C, rows, 1.0f, w.ab, 2 * Hd, w.xh, C, 1.0f,
+                        dw_ab, MF_GEMM_OUT_F32, C);
+      mf_ln_param_grad_reduce_cuda(dgamma, dbeta, w.part, parts, C, stream);
+      continue;
+    }
     /* recompute x̂, [a | b] */
     if (!ident) {
       mf_ln_rows_cuda(w.xh, (float *)mean + r0, (float *)rstd + r0, x, gamma, beta, rows, C,

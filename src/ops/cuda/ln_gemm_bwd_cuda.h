@@ -1,0 +1,86 @@
+/* ln_gemm_bwd_cuda.h — the fused backward kernel of EvoFusion's LayerNorm + GEMM ops
+ * (LayerNorm + Linear, the gated projection, the SwiGLU transition) on sm_90a: one
+ * persistent kernel (mma.sync bf16 tensor cores, fp32 accumulation) that, per tile of
+ * 128 rows, recomputes the normalised rows y = LN(inp) from (inp, mean, rstd) into shared
+ * memory, streams the weights through shared memory in chunks of 64 output (or hidden)
+ * channels, forms the gradient of the GEMM output on chip, accumulates dy = d(out)·W in
+ * registers and finishes the LayerNorm backward in the same kernel (dinp, and per-CTA
+ * partials of dγ / dβ). It writes only what the weight gradients need (y, and for the
+ * gated projection [dp | dg], for the transition h and [da | db], all bf16); the weight
+ * gradients themselves stay cuBLAS GEMMs in the callers (ln_linear.cu, transition.cu:
+ * deterministic, no split-K atomics). Not a forward, not a dispatch: the callers decide
+ * when it runs (mf_ln_gemm_bwd_supported) and fall back to LN staging + cuBLAS otherwise.
+ *
+ * Kinds (what "out" and the chunked width O are):
+ *   MF_LGB_LINEAR: out (rows, O) = y·W (O, C)ᵀ;             d(out) = dout (rows, O).
+ *   MF_LGB_GATED:  [p | g] = y·w_pg (2O, C)ᵀ, out = mask⊙σ(g)⊙p; writes s1 = [dp | dg]
+ *                  (rows, 2O) and uses it for dy = [dp | dg]·w_pg.
+ *   MF_LGB_SWIGLU: [a | b] = y·w_ab (2O, C)ᵀ, h = silu(a)⊙b, out = h·w_o (C, O)ᵀ, O = Hd;
+ *                  dh = dout (rows, C)·w_o computed on chip; writes s1 = [da | db]
+ *                  (rows, 2O) and s2 = h (rows, O).
+ * Determinism: the grid and each CTA's tiles depend only on (rows, SM count); dγ/dβ
+ * partials are summed in a fixed order (warps, then the CTA's tiles); no atomics.
+ * Numerics: y, [dp | dg], [da | db], h are rounded to bf16 where the cuBLAS path rounded
+ * them; a, b, p, g, dh stay fp32 on chip (the staging path rounded them to bf16).
+ * Status: tested (tests/gpu/test_fusion_gpu.cu, every configuration) but measured 0.72–
+ * 0.94× the speed of the staging + cuBLAS backward on an H200 (ln_gemm_bwd.cu has the
+ * numbers), so the ops do NOT use it by default: mf_ln_gemm_bwd_set_variant(1..3) opts in. */
+#ifndef MF_OPS_CUDA_LN_GEMM_BWD_CUDA_H
+#define MF_OPS_CUDA_LN_GEMM_BWD_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "ops/layernorm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { MF_LGB_LINEAR = 0, MF_LGB_GATED = 1, MF_LGB_SWIGLU = 2 };
+
+/* What the ops' backwards run where the fused kernel supports the shape, for all three
+ * kinds (for the tests, the lab and the benchmark): 0 LN staging + cuBLAS (the kernel
+ * off); 1..3 the fused kernel in one of its configurations — 1: 8 warps over 128-row
+ * tiles, weight chunks of 64, one CTA per SM; 2: 4 warps over 64-row tiles, chunks of 32
+ * (64 for LINEAR), fast sigmoid (__expf, __fdividef), 2–3 CTAs per SM; 3: 8 warps,
+ * chunks of 32, fast sigmoid; −1: each kind's default (ln_gemm_bwd.cu, LGB_DEFAULTS:
+ * the fastest measured, at present 0 for all three). Returns the previous variant of
+ * LINEAR. */
+int mf_ln_gemm_bwd_set_variant(int variant);
+
+/* Whether the fused kernel takes this shape: variant 1 in force, C 64 or 128, O % 64 == 0
+ * (O <= 256 for LINEAR / GATED), mode FULL/SCALE/NONE, the given pointers 16-byte aligned
+ * (NULL ones ignored). */
+int mf_ln_gemm_bwd_supported(int kind, int C, int O, mf_ln_mode mode, const void *p0,
+                             const void *p1, const void *p2, const void *p3);
+
+/* Upper bound of the partial rows the kernel writes for `rows` rows (its grid). */
+int mf_ln_gemm_bwd_parts(int64_t rows);
+
+/* The kernel over `rows` rows (see the kinds above). dinp (rows, C) bf16 ASSIGNED
+ * (add = 1: ADDED; dinp may equal dout for SWIGLU, whose dout width is C), or NULL;
+ * part (mf_ln_gemm_bwd_parts(rows), 2C) fp32 receives per-CTA Σ dy⊙x̂ (first C) and
+ * Σ dy (last C), or NULL (then, with dinp NULL too, dy is not formed); y (rows, C) bf16
+ * written when not NULL; s1, s2 as per kind, each may be NULL; dcopy (rows, C) (SWIGLU
+ * only, 16-byte aligned) receives a copy of dout when not NULL — for the caller's
+ * dW_o GEMM when dinp overwrites dout in place. dout (rows, O) (LINEAR,
+ * GATED) or (rows, C) (SWIGLU); mean, rstd (rows); inp (rows, C); gamma, beta (C);
+ * w (O, C) (LINEAR) or (2O, C); w_o (C, O) (SWIGLU); mask (rows) or NULL (GATED).
+ * Returns the number of partial rows written (pass it to mf_ln_param_grad_reduce_cuda). */
+int mf_ln_gemm_bwd_cuda(int kind, __nv_bfloat16 *dinp, int add, float *part, __nv_bfloat16 *y,
+                        __nv_bfloat16 *s1, __nv_bfloat16 *s2, __nv_bfloat16 *dcopy,
+                        const __nv_bfloat16 *dout,
+                        const float *mean, const float *rstd, const __nv_bfloat16 *inp,
+                        const __nv_bfloat16 *gamma, const __nv_bfloat16 *beta,
+                        const __nv_bfloat16 *w, const __nv_bfloat16 *w_o, const uint8_t *mask,
+                        int64_t rows, int C, int O, mf_ln_mode mode, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
