@@ -9,7 +9,14 @@
  * scratch (8; 10, 11: the other step schedules) or shared memory (9).
  * For R = N = 384 the double reference runs on a subset of the rows r (each r is an
  * independent attention), so dbias (a sum over every r) is checked there only through
- * the smaller shapes. MF_ATT_TEST_SMALL=1 runs seven small cases only (for
+ * the smaller shapes. Strided views (mf_attention_*_strided_cuda): q, k, v, gate as
+ * column blocks [q | k | v | 8 pad | g] of one wide row-major matrix whose rows are the
+ * (r, i) pairs in "starting" order (row r·N + i) or "ending" order (row i·R + r: the
+ * strides swap), out in a matrix with 8 padding columns, dq, dk, dv, dgate written into a
+ * second wide matrix whose g columns hold dout (dgate = dout in place, as triangle
+ * attention uses it); the results go through the same checks, and every padding column of
+ * the output matrices (and dout's columns when there is no gate) must be untouched.
+ * MF_ATT_TEST_SMALL=1 runs seven small cases only (for
  * compute-sanitizer memcheck and racecheck). Needs a GPU; not a benchmark. */
 #include <math.h>
 #include <stdio.h>
@@ -102,6 +109,121 @@ static void run_gpu(gpu_outs *o, const mf_attn_dims *d, const mf_bf16_t *q, cons
   MF_CHECK_CUDA(cudaFree(w));
 }
 
+/* Strided layouts: 0 = packed (the plain entry points), 1 = starting-style rows, 2 =
+ * ending-style rows (see the header comment). Wide row of (b, r, i): */
+static int64_t wide_row(int mode, int B, int R, int N, int b, int r, int i) {
+  (void)B;
+  return mode == 1 ? ((int64_t)b * R + r) * N + i : ((int64_t)b * N + i) * R + r;
+}
+static mf_attn_stride wide_stride(int mode, int R, int N, int64_t ld, int D) {
+  return mode == 1 ? mf_attn_stride{(int64_t)R * N * ld, (int64_t)N * ld, D, ld}
+                   : mf_attn_stride{(int64_t)N * R * ld, ld, D, (int64_t)R * ld};
+}
+
+/* Scatters x (B, R, H, N, D) into the bf16 bits of wide (rows, ld) at column off. */
+static void scatter_wide(uint16_t *wide, int64_t ld, int64_t off, const double *x, int mode,
+                         const mf_attn_dims *d) {
+  for (int b = 0; b < d->B; b++)
+    for (int r = 0; r < d->R; r++)
+      for (int h = 0; h < d->H; h++)
+        for (int i = 0; i < d->Q; i++)
+          for (int c = 0; c < d->D; c++)
+            wide[wide_row(mode, d->B, d->R, d->Q, b, r, i) * ld + off + h * d->D + c] =
+                mf_bf16_from_f32((float)x[((((int64_t)b * d->R + r) * d->H + h) * d->Q + i) * d->D + c]);
+}
+/* The inverse: y (B, R, H, N, D) packed bf16 bits ← wide. */
+static void gather_wide(uint16_t *y, const uint16_t *wide, int64_t ld, int64_t off, int mode,
+                        const mf_attn_dims *d) {
+  for (int b = 0; b < d->B; b++)
+    for (int r = 0; r < d->R; r++)
+      for (int h = 0; h < d->H; h++)
+        for (int i = 0; i < d->Q; i++)
+          for (int c = 0; c < d->D; c++)
+            y[((((int64_t)b * d->R + r) * d->H + h) * d->Q + i) * d->D + c] =
+                wide[wide_row(mode, d->B, d->R, d->Q, b, r, i) * ld + off + h * d->D + c];
+}
+
+static mf_bf16_t *up_bits(const uint16_t *x, int64_t n) {
+  mf_bf16_t *d = NULL;
+  MF_CHECK_CUDA(cudaMalloc(&d, (size_t)(n ? n : 1) * 2));
+  MF_CHECK_CUDA(cudaMemcpy(d, x, (size_t)n * 2, cudaMemcpyHostToDevice));
+  return d;
+}
+
+/* The strided run (mode 1 or 2): inputs from the host values, outputs gathered back into
+ * packed device buffers in o (as run_gpu's), after checking that the padding columns of
+ * the output matrices (and dout, when no gate overwrites it) are unchanged. Q = K. */
+static void run_gpu_strided(gpu_outs *o, const mf_attn_dims *d, int mode, const double *q,
+                            const double *k, const double *v, const mf_bf16_t *bias,
+                            const uint8_t *mask, const double *gate, const double *dout,
+                            const char *tag) {
+  const int HD = d->H * d->D;
+  const int64_t rows = (int64_t)d->B * d->R * d->Q, ldp = 4 * HD + 8, ldo = HD + 8, goff = 3 * HD + 8;
+  const int64_t nq = rows * HD, nb = (int64_t)d->B * d->H * d->Q * d->K, nl = rows * d->H;
+  uint16_t *hp = (uint16_t *)malloc((size_t)(rows * ldp + 1) * 2);
+  uint16_t *hg0 = (uint16_t *)malloc((size_t)(rows * ldp + 1) * 2);
+  for (int64_t i = 0; i < rows * ldp; i++) {
+    hp[i] = 0x7fc1; /* a NaN the kernels must never read */
+    hg0[i] = 0xffff;
+  }
+  scatter_wide(hp, ldp, 0, q, mode, d);
+  scatter_wide(hp, ldp, HD, k, mode, d);
+  scatter_wide(hp, ldp, 2 * HD, v, mode, d);
+  if (gate) scatter_wide(hp, ldp, goff, gate, mode, d);
+  scatter_wide(hg0, ldp, goff, dout, mode, d);
+  mf_bf16_t *P = up_bits(hp, rows * ldp), *G = up_bits(hg0, rows * ldp);
+  mf_bf16_t *O = (mf_bf16_t *)dev_poisoned((size_t)rows * ldo * 2);
+  o->lse = (float *)dev_poisoned(nl * 4);
+  o->dbias = bias ? (mf_bf16_t *)dev_poisoned(nb * 2) : NULL;
+  mf_attn_views vw;
+  const mf_attn_stride sp = wide_stride(mode, d->R, d->Q, ldp, d->D);
+  vw.q = vw.k = vw.v = vw.gate = vw.dout = vw.dq = vw.dk = vw.dv = vw.dgate = sp;
+  vw.out = wide_stride(mode, d->R, d->Q, ldo, d->D);
+  const size_t ws = mf_attention_backward_strided_cuda_workspace(*d, gate != NULL);
+  void *w = dev_poisoned(ws);
+  mf_attention_forward_strided_cuda(O, o->lse, P, P + HD, P + 2 * HD, bias, mask,
+                                    gate ? P + goff : NULL, *d, &vw, 0);
+  mf_attention_backward_strided_cuda(G, G + HD, G + 2 * HD, o->dbias, gate ? G + goff : NULL,
+                                     G + goff, O, o->lse, P, P + HD, P + 2 * HD, bias, mask,
+                                     gate ? P + goff : NULL, *d, &vw, w, ws, 0);
+  MF_CHECK_CUDA(cudaDeviceSynchronize());
+  MF_CHECK_CUDA(cudaFree(w));
+  uint16_t *hg = (uint16_t *)malloc((size_t)(rows * ldp + 1) * 2);
+  uint16_t *ho = (uint16_t *)malloc((size_t)(rows * ldo + 1) * 2);
+  MF_CHECK_CUDA(cudaMemcpy(hg, G, (size_t)rows * ldp * 2, cudaMemcpyDeviceToHost));
+  MF_CHECK_CUDA(cudaMemcpy(ho, O, (size_t)rows * ldo * 2, cudaMemcpyDeviceToHost));
+  int64_t bad = 0;
+  for (int64_t rr = 0; rr < rows; rr++) {
+    for (int c = 3 * HD; c < goff; c++) bad += hg[rr * ldp + c] != 0xffff;
+    if (!gate)
+      for (int64_t c = goff; c < ldp; c++) bad += hg[rr * ldp + c] != hg0[rr * ldp + c];
+    for (int64_t c = HD; c < ldo; c++) bad += ho[rr * ldo + c] != 0xffff;
+  }
+  MF_TEST(bad == 0, "%s: %lld elements outside the output views written", tag, (long long)bad);
+  uint16_t *y = (uint16_t *)malloc((size_t)(nq + 1) * 2);
+  gather_wide(y, ho, ldo, 0, mode, d);
+  o->out = up_bits(y, nq);
+  gather_wide(y, hg, ldp, 0, mode, d);
+  o->dq = up_bits(y, nq);
+  gather_wide(y, hg, ldp, HD, mode, d);
+  o->dk = up_bits(y, nq);
+  gather_wide(y, hg, ldp, 2 * HD, mode, d);
+  o->dv = up_bits(y, nq);
+  o->dgate = NULL;
+  if (gate) {
+    gather_wide(y, hg, ldp, goff, mode, d);
+    o->dgate = up_bits(y, nq);
+  }
+  MF_CHECK_CUDA(cudaFree(P));
+  MF_CHECK_CUDA(cudaFree(G));
+  MF_CHECK_CUDA(cudaFree(O));
+  free(hp);
+  free(hg0);
+  free(hg);
+  free(ho);
+  free(y);
+}
+
 static void free_outs(gpu_outs *o) {
   void *ps[] = {o->out, o->dq, o->dk, o->dv, o->dbias, o->dgate, o->lse};
   for (int i = 0; i < 7; i++)
@@ -119,7 +241,7 @@ static int same_bytes(const void *a, const void *b, size_t n) {
   return ok;
 }
 
-static void run_case(const att_case *c, int variant, uint64_t seed) {
+static void run_case_mode(const att_case *c, int variant, uint64_t seed, int mode) {
   mf_attention_cuda_set_variant(variant);
   const int B = c->B, R = c->R, H = c->H, N = c->N, D = c->D;
   mf_attn_dims d = {B, R, H, N, N, D, 1.0 / sqrt((double)D)};
@@ -149,15 +271,21 @@ static void run_case(const att_case *c, int variant, uint64_t seed) {
     MF_CHECK_CUDA(cudaMalloc(&dm_, (size_t)(nm ? nm : 1)));
     MF_CHECK_CUDA(cudaMemcpy(dm_, mask, (size_t)nm, cudaMemcpyHostToDevice));
   }
-  gpu_outs g1, g2;
-  run_gpu(&g1, &d, dq_, dk_, dv_, db_, dm_, dg_, ddo);
-  run_gpu(&g2, &d, dq_, dk_, dv_, db_, dm_, dg_, ddo);
-
   char tag[160];
   static const char *vname[12] = {"mma",   "portable",   "v2",         "v3",        "v4",        "v5",
                                   "3-pass", "fused", "fused-gmem", "fused-smem", "fused-g-s0", "fused-g-s2"};
-  snprintf(tag, sizeof tag, "%s B=%d R=%d H=%d N=%d D=%d%s%s%s", vname[variant], B,
-           R, H, N, D, c->bias ? " bias" : "", c->mask ? " mask" : "", c->gate ? " gate" : "");
+  static const char *mname[3] = {"", " strided-starting", " strided-ending"};
+  snprintf(tag, sizeof tag, "%s B=%d R=%d H=%d N=%d D=%d%s%s%s%s", vname[variant], B,
+           R, H, N, D, c->bias ? " bias" : "", c->mask ? " mask" : "", c->gate ? " gate" : "",
+           mname[mode]);
+  gpu_outs g1, g2;
+  if (mode == 0) {
+    run_gpu(&g1, &d, dq_, dk_, dv_, db_, dm_, dg_, ddo);
+    run_gpu(&g2, &d, dq_, dk_, dv_, db_, dm_, dg_, ddo);
+  } else {
+    run_gpu_strided(&g1, &d, mode, q, k, v, db_, dm_, c->gate ? gate : NULL, dout, tag);
+    run_gpu_strided(&g2, &d, mode, q, k, v, db_, dm_, c->gate ? gate : NULL, dout, tag);
+  }
 
   /* reference, on all rows r or on a subset */
   int nr = c->rsub > 0 && c->rsub < R ? c->rsub : R;
@@ -252,6 +380,10 @@ static void run_case(const att_case *c, int variant, uint64_t seed) {
   mf_test_free_all();
 }
 
+static void run_case(const att_case *c, int variant, uint64_t seed) {
+  run_case_mode(c, variant, seed, 0);
+}
+
 int main(void) {
   if (!gpu_test_begin("test_attention_gpu")) return mf_test_end();
   if (getenv("MF_ATT_TEST_SMALL")) { /* a small run, for compute-sanitizer */
@@ -261,6 +393,9 @@ int main(void) {
     run_case(&a, 1, 13);
     const att_case f = {1, 2, 2, 130, 32, 1, 1, 1, 0}; /* the fused pass, 3 query tiles */
     for (int v = 8; v <= 11; v++) run_case(&f, v, 14 + v);
+    run_case_mode(&a, 0, 30, 1); /* strided views */
+    run_case_mode(&b, 0, 31, 2);
+    run_case_mode(&f, 1, 32, 2);
     return mf_test_end();
   }
   const int Ns[] = {1, 7, 63, 64, 65, 200, 384};
@@ -324,6 +459,26 @@ int main(void) {
     const att_case big = {2, 100, 4, 70, 32, 1, 1, 1, 3};
     run_case(&big, 8, seed += 100);
     run_case(&big, 11, seed += 100);
+  }
+  /* strided views (starting- and ending-style rows) on the default path (fused pass for
+   * R > 1, dq pass with dbias for R = 1, split dbias pass), the three-pass and portable
+   * paths (dkdv, dq, dbias kernels) and the forced accumulator modes; odd N, padded head
+   * dims, with and without gate, bias, mask */
+  {
+    const struct {
+      att_case c;
+      int variant;
+    } sc[] = {
+        {{1, 5, 4, 130, 32, 1, 1, 1, 0}, 0}, {{2, 3, 2, 65, 24, 1, 1, 0, 0}, 0},
+        {{1, 1, 3, 70, 32, 1, 1, 1, 0}, 0},  {{1, 4, 2, 63, 48, 0, 1, 1, 0}, 0},
+        {{1, 6, 2, 64, 8, 1, 0, 1, 0}, 0},   {{1, 7, 3, 100, 16, 1, 1, 1, 0}, 6},
+        {{2, 3, 2, 65, 32, 1, 1, 1, 0}, 1},  {{1, 1, 2, 70, 24, 1, 1, 0, 0}, 1},
+        {{1, 3, 2, 129, 64, 1, 1, 1, 0}, 8}, {{1, 3, 2, 129, 32, 1, 1, 1, 0}, 9},
+        {{1, 33, 4, 33, 32, 1, 1, 1, 0}, 0}, /* R = N: a small triangle-attention shape */
+    };
+    for (int mode = 1; mode <= 2; mode++)
+      for (int i = 0; i < (int)(sizeof sc / sizeof sc[0]); i++)
+        run_case_mode(&sc[i].c, sc[i].variant, seed += 100, mode);
   }
   mf_attention_cuda_set_variant(0);
   return mf_test_end();

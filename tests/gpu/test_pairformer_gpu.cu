@@ -8,7 +8,10 @@
  * two runs are bit-identical, gradients accumulate, and the planner refuses a crop that
  * does not fit with the largest N that does. With MF_PARITY_OUT=dir set it also writes
  * the GPU's results of one case as a parity bundle for tools/reference/parity.py.
- * Prints (does not assert) one block's forward/backward time at a few N. Needs a GPU. */
+ * Prints (does not assert) one block's forward/backward time at a few N. With
+ * MF_PF_TIMING_ONLY=N it only times one block at that N, with the triangle attention's
+ * re-layout path and its default strided path alternately (mf_triatt_cuda_set_path), twice
+ * each. Needs a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +25,7 @@
 #include "ops/cuda/device.h"
 #include "ops/cuda/gpu.h"
 #include "ops/cuda/ln_linear_cuda.h"
+#include "ops/cuda/triatt_cuda.h"
 
 #include "gpu_test_util.h"
 
@@ -484,6 +488,18 @@ static void time_block(int N) {
 int main(void) {
   MF_ASSERT(mf_cuda_init(0) == MF_OK, "%s", mf_error_message());
   mf_test_begin("test_pairformer_gpu");
+  if (getenv("MF_PF_TIMING_ONLY")) {
+    const int N = atoi(getenv("MF_PF_TIMING_ONLY"));
+    for (int i = 0; i < 4; i++) {
+      const int path = i % 2 == 0;
+      mf_triatt_cuda_set_path(path);
+      printf("  triangle attention %s path:\n", path ? "re-layout (old)" : "strided");
+      time_block(N);
+    }
+    mf_triatt_cuda_set_path(0);
+    mf_test_free_all();
+    return mf_test_end();
+  }
   mf_pairformer_config af3 = mf_pairformer_config_default();
   check_vs_cpu("small N=1", small_config(), 1, 1, 0, 0, 11);
   check_vs_cpu("small N=37 L=2 mask drop", small_config(), 2, 37, 1, 1, 12);

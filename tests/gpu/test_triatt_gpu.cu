@@ -16,8 +16,10 @@
  * others use the automatic chunking (the staging aliased into the whole-tensor buffers where
  * chunks of at least half the automatic size fit there, else in a region of its own, as at
  * N = 1). Last, fwd and bwd milliseconds at N = 384 and 768 (C = 128, H = 4,
- * D = 32) are printed, not asserted, with the attention core alone on the same shapes for
- * the breakdown. Needs a GPU. */
+ * D = 32) are printed, not asserted, for the default strided path and the old re-layout
+ * path (mf_triatt_cuda_set_path(1)) side by side, with the attention core alone on the
+ * same shapes for the breakdown (MF_TEST_NO_TIMING=1 skips the timings,
+ * MF_TRIATT_BENCH_ONLY=1 runs only them). Needs a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -279,29 +281,41 @@ static void bench(int N, int starting) {
   MF_CHECK_CUDA(cudaMemcpy(dz, dout, (size_t)M * C * 2, cudaMemcpyDeviceToDevice));
   uint8_t *pm = (uint8_t *)dev_alloc((size_t)M);
   MF_CHECK_CUDA(cudaMemset(pm, 1, (size_t)M));
-  const size_t sb = mf_triatt_cuda_saved_bytes(N, C, H, D), wsb = mf_triatt_cuda_workspace(N, C, H, D);
-  void *saved = dev_alloc(sb), *ws = dev_alloc(wsb);
   const mf_resdrop_cuda rd = {0.25, 5, 6, starting ? MF_DROPOUT_ROWWISE : MF_DROPOUT_COLWISE};
   cudaEvent_t e0, e1, e2;
   MF_CHECK_CUDA(cudaEventCreate(&e0));
   MF_CHECK_CUDA(cudaEventCreate(&e1));
   MF_CHECK_CUDA(cudaEventCreate(&e2));
-  float fwd = 0, bwd = 0;
-  for (int it = 0; it < 7; it++) {
-    MF_CHECK_CUDA(cudaEventRecord(e0, 0));
-    mf_triatt_forward_cuda(out, saved, z, pm, &wd, N, C, H, D, starting, &rd, ws, wsb, &g_blas, 0);
-    MF_CHECK_CUDA(cudaEventRecord(e1, 0));
-    mf_triatt_backward_cuda(dz, &gg, dout, saved, z, pm, &wd, N, C, H, D, starting, &rd, ws, wsb,
-                            &g_blas, 0);
-    MF_CHECK_CUDA(cudaEventRecord(e2, 0));
-    MF_CHECK_CUDA(cudaEventSynchronize(e2));
-    float a, b;
-    MF_CHECK_CUDA(cudaEventElapsedTime(&a, e0, e1));
-    MF_CHECK_CUDA(cudaEventElapsedTime(&b, e1, e2));
-    if (it >= 2) { /* 2 warm-ups, 5 timed */
-      fwd += a / 5;
-      bwd += b / 5;
+  for (int pi = 0; pi < 4; pi++) { /* old re-layout path, the default, twice each */
+    const int path = pi % 2 == 0;
+    mf_triatt_cuda_set_path(path);
+    const size_t sb = mf_triatt_cuda_saved_bytes(N, C, H, D), wsb = mf_triatt_cuda_workspace(N, C, H, D);
+    void *saved = NULL, *ws = NULL;
+    MF_CHECK_CUDA(cudaMalloc(&saved, sb));
+    MF_CHECK_CUDA(cudaMalloc(&ws, wsb));
+    float fwd = 0, bwd = 0;
+    for (int it = 0; it < 7; it++) {
+      MF_CHECK_CUDA(cudaEventRecord(e0, 0));
+      mf_triatt_forward_cuda(out, saved, z, pm, &wd, N, C, H, D, starting, &rd, ws, wsb, &g_blas, 0);
+      MF_CHECK_CUDA(cudaEventRecord(e1, 0));
+      mf_triatt_backward_cuda(dz, &gg, dout, saved, z, pm, &wd, N, C, H, D, starting, &rd, ws, wsb,
+                              &g_blas, 0);
+      MF_CHECK_CUDA(cudaEventRecord(e2, 0));
+      MF_CHECK_CUDA(cudaEventSynchronize(e2));
+      float a, b;
+      MF_CHECK_CUDA(cudaEventElapsedTime(&a, e0, e1));
+      MF_CHECK_CUDA(cudaEventElapsedTime(&b, e1, e2));
+      if (it >= 2) { /* 2 warm-ups, 5 timed */
+        fwd += a / 5;
+        bwd += b / 5;
+      }
     }
+    printf("triatt timing %s N=%d C=%d H=%d D=%d (pair mask, residual+dropout), %s path: fwd %.3f "
+           "ms, bwd %.3f ms, fwd+bwd %.3f ms; saved %.1f MiB, workspace %.1f MiB\n",
+           starting ? "starting" : "ending", N, C, H, D, path ? "re-layout (old)" : "strided",
+           fwd, bwd, fwd + bwd, sb / 1048576.0, wsb / 1048576.0);
+    MF_CHECK_CUDA(cudaFree(saved));
+    MF_CHECK_CUDA(cudaFree(ws));
   }
   /* the attention core alone on tensors of the same shapes, for the breakdown */
   {
@@ -335,9 +349,6 @@ static void bench(int N, int starting) {
     printf("triatt timing N=%d: of which the attention core alone (mf_attention_*_cuda, same "
            "shapes): fwd %.3f ms, bwd %.3f ms\n", N, af, ab);
   }
-  printf("triatt timing %s N=%d C=%d H=%d D=%d (pair mask, residual+dropout): fwd %.3f ms, "
-         "bwd %.3f ms; saved %.1f MiB, workspace %.1f MiB\n",
-         starting ? "starting" : "ending", N, C, H, D, fwd, bwd, sb / 1048576.0, wsb / 1048576.0);
   MF_CHECK_CUDA(cudaEventDestroy(e0));
   MF_CHECK_CUDA(cudaEventDestroy(e1));
   MF_CHECK_CUDA(cudaEventDestroy(e2));
@@ -349,33 +360,36 @@ int main(void) {
   mf_cuda_blas_create(&g_blas, 0);
   uint64_t s = 1000;
   const int RW = MF_DROPOUT_ROWWISE, CW = MF_DROPOUT_COLWISE;
-  for (int st = 1; st >= 0; st--) {
-    /* N, C, H, D, starting, mask, resdrop, alias */
-    test_triatt(1, 16, 4, 32, st, 0, -1, 0, s += 20);
-    test_triatt(1, 16, 4, 32, st, 1, RW, 0, s += 20); /* the only token padded */
-    test_triatt(7, 16, 4, 32, st, 1, -1, 0, s += 20);
-    test_triatt(7, 128, 4, 32, st, 0, CW, 0, s += 20);
-    test_triatt(33, 128, 4, 32, st, 1, st ? RW : CW, 0, s += 20);
-    test_triatt(33, 16, 4, 16, st, 1, -1, 0, s += 20);
-    test_triatt(33, 20, 3, 8, st, 1, CW, 0, s += 20); /* H % 4 != 0, C % 8 != 0 */
-    test_triatt(64, 128, 4, 32, st, 1, -1, 0, s += 20);
-    test_triatt(64, 16, 4, 32, st, 0, RW, 1, s += 20); /* dz = dout */
-    test_triatt(100, 128, 4, 32, st, 1, st ? CW : RW, 0, s += 20);
-  }
-  /* forced 256-row chunks: several chunks with a partial last one */
-  const int64_t prev = mf_fusion_set_chunk_rows(256);
-  test_triatt(33, 128, 4, 32, 1, 1, RW, 0, s += 20);
-  test_triatt(33, 128, 4, 32, 0, 1, CW, 0, s += 20);
-  mf_fusion_set_chunk_rows(prev);
-  test_triatt(200, 128, 4, 32, 1, 1, RW, 0, s += 20);
-  test_triatt(200, 128, 4, 32, 0, 1, CW, 0, s += 20);
+  if (!getenv("MF_TRIATT_BENCH_ONLY")) {
+    for (int st = 1; st >= 0; st--) {
+      /* N, C, H, D, starting, mask, resdrop, alias */
+      test_triatt(1, 16, 4, 32, st, 0, -1, 0, s += 20);
+      test_triatt(1, 16, 4, 32, st, 1, RW, 0, s += 20); /* the only token padded */
+      test_triatt(7, 16, 4, 32, st, 1, -1, 0, s += 20);
+      test_triatt(7, 128, 4, 32, st, 0, CW, 0, s += 20);
+      test_triatt(33, 128, 4, 32, st, 1, st ? RW : CW, 0, s += 20);
+      test_triatt(33, 16, 4, 16, st, 1, -1, 0, s += 20);
+      test_triatt(33, 20, 3, 8, st, 1, CW, 0, s += 20); /* H % 4 != 0, C % 8 != 0 */
+      test_triatt(64, 128, 4, 32, st, 1, -1, 0, s += 20);
+      test_triatt(64, 16, 4, 32, st, 0, RW, 1, s += 20); /* dz = dout */
+      test_triatt(100, 128, 4, 32, st, 1, st ? CW : RW, 0, s += 20);
+    }
+    /* forced 256-row chunks: several chunks with a partial last one */
+    const int64_t prev = mf_fusion_set_chunk_rows(256);
+    test_triatt(33, 128, 4, 32, 1, 1, RW, 0, s += 20);
+    test_triatt(33, 128, 4, 32, 0, 1, CW, 0, s += 20);
+    mf_fusion_set_chunk_rows(prev);
+    test_triatt(200, 128, 4, 32, 1, 1, RW, 0, s += 20);
+    test_triatt(200, 128, 4, 32, 0, 1, CW, 0, s += 20);
 
-  printf("triatt worst relative errors: out %.3g, dz %.3g, parameter gradients %.3g (tol %.1g)\n",
-         g_worst[0], g_worst[1], g_worst[2], TOL);
-  for (int st = 1; st >= 0; st--) {
-    bench(384, st);
-    bench(768, st);
+    printf("triatt worst relative errors: out %.3g, dz %.3g, parameter gradients %.3g (tol %.1g)\n",
+           g_worst[0], g_worst[1], g_worst[2], TOL);
   }
+  if (!getenv("MF_TEST_NO_TIMING"))
+    for (int st = 1; st >= 0; st--) {
+      bench(384, st);
+      bench(768, st);
+    }
   mf_cuda_blas_destroy(&g_blas);
   return mf_test_end();
 }

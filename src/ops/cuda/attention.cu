@@ -216,23 +216,24 @@ template <int DP>
 struct row_plan {
   static constexpr int CH = DP / 8, NJ = 64 * CH / ATT_THREADS;
   static_assert(64 * CH % ATT_THREADS == 0, "chunks split evenly over the threads");
-  int goff[NJ], soff[NJ], row[NJ];
+  int col[NJ], soff[NJ], row[NJ];
   __device__ __forceinline__ explicit row_plan(int D) {
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
       const int i = threadIdx.x % ATT_THREADS + j * ATT_THREADS, r = i / CH, c = i % CH;
-      goff[j] = r * D + c * 8;
+      col[j] = c * 8;
       soff[j] = r * (DP + 8) + c * 8;
       row[j] = c * 8 < D ? r : 1 << 30; /* padding columns: never valid, zero-filled */
     }
   }
-  /* s (64, DP+8) ← rows [0, nrows) of g (·, D). */
+  /* s (64, DP+8) ← rows [0, nrows) of g (·, ld): row i at g + i·ld (ld: the view's row
+   * stride in elements, a multiple of 8; 64·ld < 2³¹, checked by the launcher). */
   template <bool MMA>
-  __device__ __forceinline__ void load(bf16 *s, const bf16 *g, int nrows) const {
+  __device__ __forceinline__ void load(bf16 *s, const bf16 *g, int nrows, int ld) const {
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
       const bool ok = row[j] < nrows;
-      cp_async16<MMA>(s + soff[j], ok ? g + goff[j] : g, ok);
+      cp_async16<MMA>(s + soff[j], g + (ok ? row[j] * ld + col[j] : 0), ok);
     }
   }
 };
@@ -340,10 +341,10 @@ __device__ __forceinline__ float lse_log2(float lse) {
 
 
 /* Writes this warp's (16, DP) C fragments, times `mul`, to rows [row0, row0+16) of
- * g (nrows, D) as bf16 (rows ≥ nrows and cols ≥ D skipped). */
+ * g (nrows, D; row stride ld) as bf16 (rows ≥ nrows and cols ≥ D skipped). */
 template <int DP>
 __device__ __forceinline__ void store_rows(bf16 *g, const float acc[DP / 8][4], int row0,
-                                           int nrows, int D, float mul) {
+                                           int nrows, int D, int64_t ld, float mul) {
   const int lane = threadIdx.x % MF_WARP_SIZE, gq = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int nd = 0; nd < DP / 8; nd++) {
@@ -352,7 +353,7 @@ __device__ __forceinline__ void store_rows(bf16 *g, const float acc[DP / 8][4], 
     for (int hrow = 0; hrow < 2; hrow++) {
       const int row = row0 + gq + 8 * hrow;
       if (row >= nrows) continue;
-      *reinterpret_cast<__nv_bfloat162 *>(g + (int64_t)row * D + nd * 8 + 2 * t) =
+      *reinterpret_cast<__nv_bfloat162 *>(g + row * ld + nd * 8 + 2 * t) =
           __floats2bfloat162_rn(acc[nd][2 * hrow] * mul, acc[nd][2 * hrow + 1] * mul);
     }
   }
@@ -373,7 +374,15 @@ typedef struct {
   int rs;           /* dbias pass: rows r split into rs ranges (1: no split) */
   float *dbp;       /* rs > 1: (rs,B,H,Q,K) fp32 partial sums (scratch in dq's buffer) */
   float *dqacc;     /* fused pass, global mode: (grid, nqb·64, DP) fp32 dQ accumulators */
+  /* element strides of the views (mf_attn_views); sdO: dO's (packed when it is the
+   * workspace's gated copy, else dout's) */
+  mf_attn_stride sq, sk, sv, sg, so, sdO, sdq, sdk, sdv;
 } att_params;
+
+/* Offset of slab (b, r, h) of a view. */
+__device__ __forceinline__ int64_t vofs(const mf_attn_stride &s, int b, int r, int h) {
+  return (int64_t)b * s.b + (int64_t)r * s.r + (int64_t)h * s.h;
+}
 
 /* Logits of this warp's (16 rows, 64 keys) tile, in place: s ← scale·s + bias, or -inf
  * for a masked key (MASKED only); mx0, mx1 get
@@ -451,7 +460,9 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
   const bool ldkv = jq == 0, ldb = jr == 0; /* who loads the shared tiles */
   const int Q = p.Q, K = p.K, D = p.D, q0 = qb * ATT_BQ;
   const int64_t brh = ((int64_t)b * p.R + r) * p.H + h;
-  const bf16 *qg = p.q + (brh * Q + q0) * D, *kg = p.k + brh * K * D, *vg = p.v + brh * K * D;
+  const int stq = (int)p.sq.row, stk = (int)p.sk.row, stv = (int)p.sv.row;
+  const bf16 *qg = p.q + vofs(p.sq, b, r, h) + (int64_t)q0 * stq;
+  const bf16 *kg = p.k + vofs(p.sk, b, r, h), *vg = p.v + vofs(p.sv, b, r, h);
   const bf16 *bg = p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0) * K : NULL;
   const uint8_t *mg = p.mask ? p.mask + ((int64_t)b * p.R + r) * K : NULL;
   const int warp = threadIdx.x / MF_WARP_SIZE % ATT_WARPS, lane = threadIdx.x % MF_WARP_SIZE;
@@ -460,10 +471,10 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
   const int gq = lane >> 2, t = lane & 3;
 
   const int nkb = p.nkb;
-  rp.template load<MMA>(Qs, qg, Q - q0);
+  rp.template load<MMA>(Qs, qg, Q - q0, stq);
   if (ldkv) {
-    rp.template load<MMA>(Ks, kg, K);
-    rp.template load<MMA>(Vs, vg, K);
+    rp.template load<MMA>(Ks, kg, K, stk);
+    rp.template load<MMA>(Vs, vg, K, stv);
     load_mask(Ms, mg, 0, K);
   }
   if (ldb) bp.template load<MMA>(Bs, bg, Q - q0, K);
@@ -483,8 +494,8 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
     if (it + 1 < nkb) { /* prefetch the next key tile into the other stage */
       const int k1 = (it + 1) * ATT_BK, sn = st ^ 1;
       if (ldkv) {
-        rp.template load<MMA>(Ks + sn * TILE, kg + (int64_t)k1 * D, K - k1);
-        rp.template load<MMA>(Vs + sn * TILE, vg + (int64_t)k1 * D, K - k1);
+        rp.template load<MMA>(Ks + sn * TILE, kg + (int64_t)k1 * stk, K - k1, stk);
+        rp.template load<MMA>(Vs + sn * TILE, vg + (int64_t)k1 * stv, K - k1, stv);
         load_mask(Ms + sn * ATT_MS, mg, k1, K);
       }
       if (ldb) bp.template load<MMA>(Bs + sn * BT, bg ? bg + k1 : NULL, Q - q0, K - k1);
@@ -552,7 +563,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
     o[i][2] *= inv1; o[i][3] *= inv1;
   }
   if (p.gate) { /* out = σ(gate) ⊙ o */
-    const bf16 *gg = p.gate + brh * Q * D;
+    const bf16 *gg = p.gate + vofs(p.sg, b, r, h);
 #pragma unroll
     for (int nd = 0; nd < DP / 8; nd++) {
       if (nd * 8 >= D) continue;
@@ -561,31 +572,42 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
         const int row = hrow ? row1 : row0;
         if (row >= Q) continue;
         const float2 gv = __bfloat1622float2(
-            *reinterpret_cast<const __nv_bfloat162 *>(gg + (int64_t)row * D + nd * 8 + 2 * t));
+            *reinterpret_cast<const __nv_bfloat162 *>(gg + (int64_t)row * p.sg.row + nd * 8 + 2 * t));
         o[nd][2 * hrow] *= 1.f / (1.f + __expf(-gv.x));
         o[nd][2 * hrow + 1] *= 1.f / (1.f + __expf(-gv.y));
       }
     }
   }
-  if (act) store_rows<DP>(p.out + brh * Q * D, o, q0 + warp * 16, Q, D, 1.f);
+  if (act) store_rows<DP>(p.out + vofs(p.so, b, r, h), o, q0 + warp * 16, Q, D, p.so.row, 1.f);
 }
 
 /* ------------------------------------------------------------------------------------
  * Backward prologue, one thread per (b, r, h, q) row: Di (fp32) = Σ_d dout·out; with a
- * gate, dgate = dout·out·(1 − σ(g)) and dO = dout·σ(g) (bf16, into the workspace). */
+ * gate, dgate = dout·out·(1 − σ(g)) and dO = dout·σ(g) (bf16, packed, into the
+ * workspace). dout, out, gate, dgate are strided views (Di and dO packed); dgate may be
+ * dout itself: each 16-byte chunk is read before the same thread writes it. */
+typedef struct {
+  mf_attn_stride dout, out, gate, dgate;
+} prep_strides;
 __global__ void prep_kernel(float *Di, bf16 *dO, bf16 *dgate, const bf16 *dout, const bf16 *out,
-                            const bf16 *gate, int64_t nrows, int D) {
+                            const bf16 *gate, int64_t nrows, int D, int R, int H, int Q,
+                            prep_strides ps) {
   const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (row >= nrows) return;
+  const int64_t brh = row / Q, q = row - brh * Q, br = brh / H;
+  const int h = (int)(brh - br * H), r = (int)(br % R), b = (int)(br / R);
+  const int64_t od = vofs(ps.dout, b, r, h) + q * ps.dout.row, oo = vofs(ps.out, b, r, h) + q * ps.out.row;
+  const int64_t og = gate ? vofs(ps.gate, b, r, h) + q * ps.gate.row : 0;
+  const int64_t odg = dgate ? vofs(ps.dgate, b, r, h) + q * ps.dgate.row : 0;
   float acc = 0.f;
   for (int c = 0; c < D; c += 8) {
     const int64_t off = row * D + c;
-    uint4 du = *reinterpret_cast<const uint4 *>(dout + off);
-    uint4 ou = *reinterpret_cast<const uint4 *>(out + off);
+    uint4 du = *reinterpret_cast<const uint4 *>(dout + od + c);
+    uint4 ou = *reinterpret_cast<const uint4 *>(out + oo + c);
     const uint32_t *dw = reinterpret_cast<const uint32_t *>(&du);
     const uint32_t *ow = reinterpret_cast<const uint32_t *>(&ou);
     uint4 gu = make_uint4(0, 0, 0, 0), eo = gu, gr = gu;
-    if (gate) gu = *reinterpret_cast<const uint4 *>(gate + off);
+    if (gate) gu = *reinterpret_cast<const uint4 *>(gate + og + c);
     const uint32_t *gw = reinterpret_cast<const uint32_t *>(&gu);
     uint32_t *ew = reinterpret_cast<uint32_t *>(&eo), *rw = reinterpret_cast<uint32_t *>(&gr);
 #pragma unroll
@@ -600,7 +622,7 @@ __global__ void prep_kernel(float *Di, bf16 *dO, bf16 *dgate, const bf16 *dout, 
     }
     if (gate) {
       *reinterpret_cast<uint4 *>(dO + off) = eo;
-      if (dgate) *reinterpret_cast<uint4 *>(dgate + off) = gr;
+      if (dgate) *reinterpret_cast<uint4 *>(dgate + odg + c) = gr;
     }
   }
   Di[row] = acc;
@@ -639,8 +661,10 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
   const bool ldq = jk == 0, ldb = jr == 0; /* who loads the shared tiles */
   const int Q = p.Q, K = p.K, D = p.D, k0 = kb * ATT_BK;
   const int64_t brh = ((int64_t)b * p.R + r) * p.H + h;
-  const bf16 *qg = p.q + brh * Q * D, *dog = p.dO + brh * Q * D;
-  const bf16 *kg = p.k + (brh * K + k0) * D, *vg = p.v + (brh * K + k0) * D;
+  const int stq = (int)p.sq.row, sto = (int)p.sdO.row, stk = (int)p.sk.row, stv = (int)p.sv.row;
+  const bf16 *qg = p.q + vofs(p.sq, b, r, h), *dog = p.dO + vofs(p.sdO, b, r, h);
+  const bf16 *kg = p.k + vofs(p.sk, b, r, h) + (int64_t)k0 * stk;
+  const bf16 *vg = p.v + vofs(p.sv, b, r, h) + (int64_t)k0 * stv;
   const bf16 *bg = p.bias ? p.bias + ((int64_t)b * p.H + h) * Q * K + k0 : NULL;
   const uint8_t *mg = p.mask ? p.mask + ((int64_t)b * p.R + r) * K : NULL;
   const float *lg = p.lse + brh * Q, *dig = p.Di + brh * Q;
@@ -653,8 +677,8 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
   auto prefetch = [&](int it, int sn) {
     const int q1 = it * ATT_BQ;
     if (ldq) {
-      rp.template load<MMA>(Qs + sn * TILE, qg + (int64_t)q1 * D, Q - q1);
-      rp.template load<MMA>(dOs + sn * TILE, dog + (int64_t)q1 * D, Q - q1);
+      rp.template load<MMA>(Qs + sn * TILE, qg + (int64_t)q1 * stq, Q - q1, stq);
+      rp.template load<MMA>(dOs + sn * TILE, dog + (int64_t)q1 * sto, Q - q1, sto);
       for (int c = threadIdx.x % ATT_THREADS; c < ATT_BQ; c += ATT_THREADS) {
         /* padded query rows: lse = +inf gives P = 0 */
         Ls[sn * ATT_BQ + c] = q1 + c < Q ? lse_log2(lg[q1 + c]) : INFINITY;
@@ -664,8 +688,8 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
     if (ldb) bp.template load<MMA>(Bs + sn * BT, bg ? bg + (int64_t)q1 * K : NULL, Q - q1, K - k0);
   };
 
-  rp.template load<MMA>(Ks, kg, K - k0);
-  rp.template load<MMA>(Vs, vg, K - k0);
+  rp.template load<MMA>(Ks, kg, K - k0, stk);
+  rp.template load<MMA>(Vs, vg, K - k0, stv);
   load_mask(Ms, mg, k0, K);
   prefetch(0, 0);
   cp_async_commit<MMA>();
@@ -725,8 +749,8 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
     mm_pm<DP, MMA>(dk, dp, qs);  /* dK += dSᵀ·Q */
     __syncthreads();
   }
-  if (act && p.dk) store_rows<DP>(p.dk + brh * K * D, dk, k0 + warp * 16, K, D, p.scale);
-  if (act && p.dv) store_rows<DP>(p.dv + brh * K * D, dv, k0 + warp * 16, K, D, 1.f);
+  if (act && p.dk) store_rows<DP>(p.dk + vofs(p.sdk, b, r, h), dk, k0 + warp * 16, K, D, p.sdk.row, p.scale);
+  if (act && p.dv) store_rows<DP>(p.dv + vofs(p.sdv, b, r, h), dv, k0 + warp * 16, K, D, p.sdv.row, 1.f);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -780,8 +804,10 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_bwd(MMA, DP, GR * 
   const bool ldkv = jq == 0, ldb = jr == 0; /* who loads the shared tiles */
   const int Q = p.Q, K = p.K, D = p.D, q0 = qb * ATT_BQ;
   const int64_t brh = ((int64_t)b * p.R + r) * p.H + h;
-  const bf16 *qg = p.q + (brh * Q + q0) * D, *dog = p.dO + (brh * Q + q0) * D;
-  const bf16 *kg = p.k + brh * K * D, *vg = p.v + brh * K * D;
+  const int stq = (int)p.sq.row, sto = (int)p.sdO.row, stk = (int)p.sk.row, stv = (int)p.sv.row;
+  const bf16 *qg = p.q + vofs(p.sq, b, r, h) + (int64_t)q0 * stq;
+  const bf16 *dog = p.dO + vofs(p.sdO, b, r, h) + (int64_t)q0 * sto;
+  const bf16 *kg = p.k + vofs(p.sk, b, r, h), *vg = p.v + vofs(p.sv, b, r, h);
   const bf16 *bg = p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0) * K : NULL;
   const uint8_t *mg = p.mask ? p.mask + ((int64_t)b * p.R + r) * K : NULL;
   const int warp = threadIdx.x / MF_WARP_SIZE % ATT_WARPS, lane = threadIdx.x % MF_WARP_SIZE;
@@ -795,11 +821,11 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_bwd(MMA, DP, GR * 
   const float di0 = row0 < Q ? p.Di[brh * Q + row0] : 0.f;
   const float di1 = row1 < Q ? p.Di[brh * Q + row1] : 0.f;
 
-  rp.template load<MMA>(Qs, qg, Q - q0);
-  rp.template load<MMA>(dOs, dog, Q - q0);
+  rp.template load<MMA>(Qs, qg, Q - q0, stq);
+  rp.template load<MMA>(dOs, dog, Q - q0, sto);
   if (ldkv) {
-    rp.template load<MMA>(Ks, kg, K);
-    rp.template load<MMA>(Vs, vg, K);
+    rp.template load<MMA>(Ks, kg, K, stk);
+    rp.template load<MMA>(Vs, vg, K, stv);
     load_mask(Ms, mg, 0, K);
   }
   if (ldb) bp.template load<MMA>(Bs, bg, Q - q0, K);
@@ -819,8 +845,8 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_bwd(MMA, DP, GR * 
     if (it + 1 < nkb) {
       const int k1 = (it + 1) * ATT_BK, sn = st ^ 1;
       if (ldkv) {
-        rp.template load<MMA>(Ks + sn * TILE, kg + (int64_t)k1 * D, K - k1);
-        rp.template load<MMA>(Vs + sn * TILE, vg + (int64_t)k1 * D, K - k1);
+        rp.template load<MMA>(Ks + sn * TILE, kg + (int64_t)k1 * stk, K - k1, stk);
+        rp.template load<MMA>(Vs + sn * TILE, vg + (int64_t)k1 * stv, K - k1, stv);
         load_mask(Ms + sn * ATT_MS, mg, k1, K);
       }
       if (ldb) bp.template load<MMA>(Bs + sn * BT, bg ? bg + k1 : NULL, Q - q0, K - k1);
@@ -853,7 +879,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_bwd(MMA, DP, GR * 
     mm_pm<DP, MMA>(dq, dp, ks); /* dQ += dS·K */
     __syncthreads();
   }
-  if (act) store_rows<DP>(p.dq + brh * Q * D, dq, q0 + warp * 16, Q, D, p.scale);
+  if (act) store_rows<DP>(p.dq + vofs(p.sdq, b, r, h), dq, q0 + warp * 16, Q, D, p.sdq.row, p.scale);
 }
 
 /* dbias = Σ_r dS. Grid: rs·B·H·⌈nqb/GQ⌉·⌈nkb/GK⌉ CTAs; each warpgroup owns one (query
@@ -894,19 +920,20 @@ __global__ void __launch_bounds__(ATT_THREADS * GQ * GK, minb_bwd(MMA, DP, GQ * 
   const bias_plan bp(K);
   const int gq = lane >> 2, t = lane & 3;
 
+  const int stq = (int)p.sq.row, sto = (int)p.sdO.row, stk = (int)p.sk.row, stv = (int)p.sv.row;
   auto prefetch = [&](int r, int sn) {
     const int64_t brh = ((int64_t)b * R + r) * p.H + h;
     if (ldq) {
-      rp.template load<MMA>(Qs + sn * TILE, p.q + (brh * Q + q0) * D, Q - q0);
-      rp.template load<MMA>(dOs + sn * TILE, p.dO + (brh * Q + q0) * D, Q - q0);
+      rp.template load<MMA>(Qs + sn * TILE, p.q + vofs(p.sq, b, r, h) + (int64_t)q0 * stq, Q - q0, stq);
+      rp.template load<MMA>(dOs + sn * TILE, p.dO + vofs(p.sdO, b, r, h) + (int64_t)q0 * sto, Q - q0, sto);
       for (int c = threadIdx.x % ATT_THREADS; c < ATT_BQ; c += ATT_THREADS) {
         Ls[sn * ATT_BQ + c] = q0 + c < Q ? lse_log2(p.lse[brh * Q + q0 + c]) : INFINITY;
         Ds[sn * ATT_BQ + c] = q0 + c < Q ? p.Di[brh * Q + q0 + c] : 0.f;
       }
     }
     if (ldkv) {
-      rp.template load<MMA>(Ks + sn * TILE, p.k + (brh * K + k0) * D, K - k0);
-      rp.template load<MMA>(Vs + sn * TILE, p.v + (brh * K + k0) * D, K - k0);
+      rp.template load<MMA>(Ks + sn * TILE, p.k + vofs(p.sk, b, r, h) + (int64_t)k0 * stk, K - k0, stk);
+      rp.template load<MMA>(Vs + sn * TILE, p.v + vofs(p.sv, b, r, h) + (int64_t)k0 * stv, K - k0, stv);
       load_mask(Ms + sn * ATT_MS, p.mask ? p.mask + ((int64_t)b * R + r) * K : NULL, k0, K);
     }
   };
@@ -1022,21 +1049,23 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
   /* this thread's float4 slots: Acc / gacc + slot(tile or stage) */
   auto slot = [&](int i, int nd) { return ((i * ATT_WARPS + warp) * ND + nd) * 32 + lane; };
 
+  const int stq = (int)p.sq.row, sto = (int)p.sdO.row, stk = (int)p.sk.row, stv = (int)p.sv.row;
   for (int64_t brh = blockIdx.x; brh < nslab; brh += gridDim.x) {
     const int h = (int)(brh % p.H);
     const int64_t br = brh / p.H;
-    const int b = (int)(br / p.R);
-    const bf16 *qg = p.q + brh * Q * D, *dog = p.dO + brh * Q * D;
+    const int b = (int)(br / p.R), r = (int)(br % p.R);
+    const bf16 *qg = p.q + vofs(p.sq, b, r, h), *dog = p.dO + vofs(p.sdO, b, r, h);
     const uint8_t *mg = p.mask ? p.mask + br * K : NULL;
     const float *lg = p.lse + brh * Q, *dig = p.Di + brh * Q;
     for (int kb = 0; kb < nkb; kb++) {
       const int k0 = kb * ATT_BK;
-      const bf16 *kg = p.k + (brh * K + k0) * D, *vg = p.v + (brh * K + k0) * D;
+      const bf16 *kg = p.k + vofs(p.sk, b, r, h) + (int64_t)k0 * stk;
+      const bf16 *vg = p.v + vofs(p.sv, b, r, h) + (int64_t)k0 * stv;
       const bf16 *bg = p.bias ? p.bias + ((int64_t)b * p.H + h) * Q * K + k0 : NULL;
       auto prefetch = [&](int it, int sn) {
         const int q1 = it * ATT_BQ;
-        rp.template load<MMA>(Qs + sn * TILE, qg + (int64_t)q1 * D, Q - q1);
-        rp.template load<MMA>(dOs + sn * TILE, dog + (int64_t)q1 * D, Q - q1);
+        rp.template load<MMA>(Qs + sn * TILE, qg + (int64_t)q1 * stq, Q - q1, stq);
+        rp.template load<MMA>(dOs + sn * TILE, dog + (int64_t)q1 * sto, Q - q1, sto);
         for (int c = threadIdx.x; c < ATT_BQ; c += ATT_THREADS) {
           Ls[sn * ATT_BQ + c] = q1 + c < Q ? lse_log2(lg[q1 + c]) : INFINITY;
           Ds[sn * ATT_BQ + c] = q1 + c < Q ? dig[q1 + c] : 0.f;
@@ -1048,8 +1077,8 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
       };
 
       __syncthreads(); /* the previous key tile is done with every buffer */
-      rp.template load<MMA>(Ks, kg, K - k0);
-      rp.template load<MMA>(Vs, vg, K - k0);
+      rp.template load<MMA>(Ks, kg, K - k0, stk);
+      rp.template load<MMA>(Vs, vg, K - k0, stv);
       load_mask(Ms, mg, k0, K);
       prefetch(0, 0);
       cp_async_commit<MMA>();
@@ -1145,7 +1174,7 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
           }
         }
         if (kb == nkb - 1) {
-          store_rows<DP>(p.dq + brh * Q * D, c, it * ATT_BQ + warp * 16, Q, D, p.scale);
+          store_rows<DP>(p.dq + vofs(p.sdq, b, r, h), c, it * ATT_BQ + warp * 16, Q, D, p.sdq.row, p.scale);
         } else {
 #pragma unroll
           for (int nd = 0; nd < ND; nd++) {
@@ -1160,8 +1189,8 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
         }
         if constexpr (SCHED == 0) __syncthreads(); /* dSᵀ and the stage are refilled next */
       }
-      if (p.dk) store_rows<DP>(p.dk + brh * K * D, dk, k0 + warp * 16, K, D, p.scale);
-      if (p.dv) store_rows<DP>(p.dv + brh * K * D, dv, k0 + warp * 16, K, D, 1.f);
+      if (p.dk) store_rows<DP>(p.dk + vofs(p.sdk, b, r, h), dk, k0 + warp * 16, K, D, p.sdk.row, p.scale);
+      if (p.dv) store_rows<DP>(p.dv + vofs(p.sdv, b, r, h), dv, k0 + warp * 16, K, D, p.sdv.row, 1.f);
     }
   }
 }
@@ -1404,17 +1433,29 @@ static int effective_variant(void) { return g_variant == 0 ? ATT_DEFAULT_VARIANT
 
 template <int DP, bool MMA>
 static void backward_dp(const att_params &p, bool want_dkdv, bool want_dq, bool want_dbias,
-                        float *scratch, size_t scratch_bytes, cudaStream_t stream) {
+                        bool dq_packed, float *scratch, size_t scratch_bytes, cudaStream_t stream) {
   const att_cfgs c = pick_cfgs(p);
   const int v = effective_variant();
   const bool fused = MMA && v >= 7 && p.R > 1 && want_dkdv && want_dq;
   if (want_dkdv && !fused) with_cfg<DP, MMA>(c.dkdv, dkdv_launch<DP, MMA>{p, stream});
   const bool dbias_in_dq = want_dbias && want_dq && p.R == 1; /* R = 1: layout (1, 1) */
-  if (want_dbias && !dbias_in_dq) { /* before dq: the split pass borrows dq's buffer */
-    const bool split = want_dq && MMA && v >= 6;
-    const size_t dq_bytes = (size_t)p.B * p.R * p.H * p.Q * p.D * sizeof(bf16);
-    with_cfg<DP, MMA>(c.dbias, dbias_launch<DP, MMA>{p, stream, split ? (float *)p.dq : NULL,
-                                                 split ? dq_bytes : 0});
+  if (want_dbias && !dbias_in_dq) {
+    /* before dq and the fused pass: the split pass's partial sums borrow dq's buffer when
+     * it is packed, or the workspace's scratch (the fused pass's, used only after it),
+     * whichever is larger */
+    float *sbuf = NULL;
+    size_t sbytes = 0;
+    if (MMA && v >= 6) {
+      if (want_dq && dq_packed) {
+        sbuf = (float *)p.dq;
+        sbytes = (size_t)p.B * p.R * p.H * p.Q * p.D * sizeof(bf16);
+      }
+      if (scratch_bytes > sbytes) {
+        sbuf = scratch;
+        sbytes = scratch_bytes;
+      }
+    }
+    with_cfg<DP, MMA>(c.dbias, dbias_launch<DP, MMA>{p, stream, sbuf, sbytes});
   }
   if (fused) {
     if constexpr (MMA) fused_launch<DP>(p, v, scratch, scratch_bytes, stream);
@@ -1447,17 +1488,84 @@ extern "C" int mf_attention_cuda_set_variant(int variant) {
   return old;
 }
 
-extern "C" void mf_attention_forward_cuda(bf16 *out, float *lse, const bf16 *q, const bf16 *k,
-                                          const bf16 *v, const bf16 *bias, const uint8_t *mask,
-                                          const bf16 *gate, mf_attn_dims d, cudaStream_t stream) {
+/* ------------------------------------------------------------------------------------
+ * Strided views (attention_cuda.h). */
+
+static mf_attn_stride packed_stride(const mf_attn_dims &d, int rows) {
+  const int64_t hs = (int64_t)rows * d.D;
+  return mf_attn_stride{(int64_t)d.R * d.H * hs, (int64_t)d.H * hs, hs, d.D};
+}
+
+extern "C" mf_attn_views mf_attn_packed_views(mf_attn_dims d) {
+  const mf_attn_stride sq = packed_stride(d, d.Q), sk = packed_stride(d, d.K);
+  return mf_attn_views{sq, sk, sk, sq, sq, sq, sq, sk, sk, sq};
+}
+
+static bool same_stride(const mf_attn_stride &a, const mf_attn_stride &b) {
+  return a.b == b.b && a.r == b.r && a.h == b.h && a.row == b.row;
+}
+
+/* Strides in elements, multiples of 8 (16-byte rows given 16-byte aligned bases), row
+ * strides at least D and small enough for the kernels' 32-bit in-tile offsets. */
+static void check_stride(const char *name, const mf_attn_stride &s, const mf_attn_dims &d) {
+  MF_ASSERT(s.b % 8 == 0 && s.r % 8 == 0 && s.h % 8 == 0 && s.row % 8 == 0,
+            "attention view %s: strides (%lld, %lld, %lld, %lld) must be multiples of 8", name,
+            (long long)s.b, (long long)s.r, (long long)s.h, (long long)s.row);
+  MF_ASSERT(s.b >= 0 && s.r >= 0 && s.h >= 0 && s.row >= d.D && s.row * 64 < 2147483647LL,
+            "attention view %s: row stride %lld (D = %d)", name, (long long)s.row, d.D);
+}
+
+static void set_strides(att_params &p, const mf_attn_views &v) {
+  p.sq = v.q; p.sk = v.k; p.sv = v.v; p.sg = v.gate; p.so = v.out;
+  p.sdq = v.dq; p.sdk = v.dk; p.sdv = v.dv;
+}
+
+/* x (B, R, H, n, D) view ← 0. */
+static __global__ void zero_view_kernel(bf16 *x, mf_attn_stride s, int R, int H, int n, int D,
+                                        int64_t total) {
+  const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= total) return; /* one 8-element chunk per thread */
+  const int nc = D / 8;
+  const int64_t row = t / nc, brh = row / n, br = brh / H;
+  const int c = (int)(t - row * nc) * 8, i = (int)(row - brh * n), h = (int)(brh - br * H);
+  const int r = (int)(br % R), b = (int)(br / R);
+  *reinterpret_cast<uint4 *>(x + (int64_t)b * s.b + (int64_t)r * s.r + (int64_t)h * s.h +
+                             (int64_t)i * s.row + c) = make_uint4(0, 0, 0, 0);
+}
+static void zero_view(bf16 *x, const mf_attn_stride &s, const mf_attn_dims &d, int n,
+                      cudaStream_t stream) {
+  const int64_t total = (int64_t)d.B * d.R * d.H * n * (d.D / 8);
+  if (!x || total == 0) return;
+  zero_view_kernel<<<mf_cdiv(total, 256), 256, 0, stream>>>(x, s, d.R, d.H, n, d.D, total);
+  MF_CHECK_LAUNCH();
+}
+
+extern "C" void mf_attention_forward_strided_cuda(bf16 *out, float *lse, const bf16 *q,
+                                                  const bf16 *k, const bf16 *v, const bf16 *bias,
+                                                  const uint8_t *mask, const bf16 *gate,
+                                                  mf_attn_dims d, const mf_attn_views *views,
+                                                  cudaStream_t stream) {
   const void *ptrs[] = {out, lse, q, k, v, bias, gate};
   check_args(&d, ptrs, 7);
-  MF_ASSERT(out && q && k && v, "attention forward: out, q, k, v are required");
+  MF_ASSERT(out && q && k && v && views, "attention forward: out, q, k, v, views are required");
+  check_stride("q", views->q, d);
+  check_stride("k", views->k, d);
+  check_stride("v", views->v, d);
+  check_stride("out", views->out, d);
+  if (gate) check_stride("gate", views->gate, d);
   att_params p = make_params(d);
+  set_strides(p, *views);
   p.out = out; p.lse = lse; p.q = q; p.k = k; p.v = v; p.bias = bias; p.mask = mask; p.gate = gate;
   if ((int64_t)d.B * d.R * d.H * d.Q == 0) return;
   /* K = 0: nkb = 0, every row is empty (out = 0, lse = -inf) */
   MF_ATT_DISPATCH(forward_dp, padded_dim(d.D), p, stream);
+}
+
+extern "C" void mf_attention_forward_cuda(bf16 *out, float *lse, const bf16 *q, const bf16 *k,
+                                          const bf16 *v, const bf16 *bias, const uint8_t *mask,
+                                          const bf16 *gate, mf_attn_dims d, cudaStream_t stream) {
+  const mf_attn_views pv = mf_attn_packed_views(d);
+  mf_attention_forward_strided_cuda(out, lse, q, k, v, bias, mask, gate, d, &pv, stream);
 }
 
 /* Workspace layout: Di (fp32, rows), padded to 256 bytes; the gated dO (bf16, rows·D),
@@ -1485,30 +1593,59 @@ extern "C" size_t mf_attention_backward_cuda_workspace(mf_attn_dims d, int has_g
   return ws_di_bytes(rows) + ws_do_bytes(rows, d.D, has_gate) + ws_scratch_bytes(d);
 }
 
-extern "C" void mf_attention_backward_cuda(bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dbias, bf16 *dgate,
-                                           const bf16 *dout, const bf16 *out, const float *lse,
-                                           const bf16 *q, const bf16 *k, const bf16 *v,
-                                           const bf16 *bias, const uint8_t *mask, const bf16 *gate,
-                                           mf_attn_dims d, void *workspace, size_t workspace_bytes,
-                                           cudaStream_t stream) {
+/* The strided backward's scratch also holds the split dbias pass's partial sums for up
+ * to ATT_SPLIT_WS row ranges (the packed backward borrows dq's buffer for up to 16; 10 is
+ * what N = 768 uses), at most the dq buffer's size. */
+#define ATT_SPLIT_WS 10
+extern "C" size_t mf_attention_backward_strided_cuda_workspace(mf_attn_dims d, int has_gate) {
+  const size_t rows = (size_t)d.B * d.R * d.H * d.Q;
+  size_t split = 0;
+  if (rows > 0 && d.K > 0 && d.R > 1) {
+    const size_t part = (size_t)(d.R < ATT_SPLIT_WS ? d.R : ATT_SPLIT_WS) * d.B * d.H * d.Q * d.K * sizeof(float);
+    const size_t dqb = rows * d.D * sizeof(bf16);
+    split = part < dqb ? part : dqb;
+  }
+  const size_t fs = ws_scratch_bytes(d);
+  return ws_di_bytes(rows) + ws_do_bytes(rows, d.D, has_gate) + (split > fs ? split : fs);
+}
+
+extern "C" void mf_attention_backward_strided_cuda(
+    bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dbias, bf16 *dgate, const bf16 *dout, const bf16 *out,
+    const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *bias,
+    const uint8_t *mask, const bf16 *gate, mf_attn_dims d, const mf_attn_views *views,
+    void *workspace, size_t workspace_bytes, cudaStream_t stream) {
   const void *ptrs[] = {dq, dk, dv, dbias, dgate, dout, out, lse, q, k, v, bias, gate, workspace};
   check_args(&d, ptrs, 14);
-  MF_ASSERT(dout && out && lse && q && k && v, "attention backward: dout, out, lse, q, k, v are required");
+  MF_ASSERT(dout && out && lse && q && k && v && views,
+            "attention backward: dout, out, lse, q, k, v, views are required");
   MF_ASSERT(!dgate || gate, "attention backward: dgate without a gate");
   MF_ASSERT(!dbias || bias, "attention backward: dbias without a bias");
   MF_ASSERT(workspace_bytes >= mf_attention_backward_cuda_workspace(d, gate != NULL) && workspace,
             "attention backward: workspace of %zu bytes, %zu needed", workspace_bytes,
             mf_attention_backward_cuda_workspace(d, gate != NULL));
+  const mf_attn_views &vw = *views;
+  check_stride("q", vw.q, d);
+  check_stride("k", vw.k, d);
+  check_stride("v", vw.v, d);
+  check_stride("out", vw.out, d);
+  check_stride("dout", vw.dout, d);
+  if (gate) check_stride("gate", vw.gate, d);
+  if (dq) check_stride("dq", vw.dq, d);
+  if (dk) check_stride("dk", vw.dk, d);
+  if (dv) check_stride("dv", vw.dv, d);
+  if (dgate) check_stride("dgate", vw.dgate, d);
+  MF_ASSERT(!dgate || (void *)dgate != (void *)dout || same_stride(vw.dgate, vw.dout),
+            "attention backward: dgate may alias dout only as the same view");
   const int64_t rows = (int64_t)d.B * d.R * d.H * d.Q;
   if (dbias && (rows == 0 || d.K == 0))
     MF_CHECK_CUDA(cudaMemsetAsync(dbias, 0, (size_t)d.B * d.H * d.Q * d.K * sizeof(bf16), stream));
   if (rows == 0) {
-    const size_t kvn = (size_t)d.B * d.R * d.H * d.K * d.D * sizeof(bf16);
-    if (dk) MF_CHECK_CUDA(cudaMemsetAsync(dk, 0, kvn, stream));
-    if (dv) MF_CHECK_CUDA(cudaMemsetAsync(dv, 0, kvn, stream));
+    zero_view(dk, vw.dk, d, d.K, stream);
+    zero_view(dv, vw.dv, d, d.K, stream);
     return;
   }
   att_params p = make_params(d);
+  set_strides(p, vw);
   p.q = q; p.k = k; p.v = v; p.bias = bias; p.mask = mask; p.gate = gate; p.dout = dout;
   p.lse = const_cast<float *>(lse);
   p.dq = dq; p.dk = dk; p.dv = dv; p.dbias = dbias;
@@ -1519,13 +1656,28 @@ extern "C" void mf_attention_backward_cuda(bf16 *dq, bf16 *dk, bf16 *dv, bf16 *d
   const size_t scratch_bytes = workspace_bytes - ws_fixed;
   p.Di = Di;
   p.dO = gate ? dOeff : dout;
+  p.sdO = gate ? packed_stride(d, d.Q) : vw.dout;
 
-  prep_kernel<<<mf_cdiv(rows, 256), 256, 0, stream>>>(Di, dOeff, dgate, dout, out, gate, rows, d.D);
+  const prep_strides ps = {vw.dout, vw.out, vw.gate, vw.dgate};
+  prep_kernel<<<mf_cdiv(rows, 256), 256, 0, stream>>>(Di, dOeff, dgate, dout, out, gate, rows, d.D,
+                                                      d.R, d.H, d.Q, ps);
   MF_CHECK_LAUNCH();
   if (d.K == 0) { /* no keys: dq = 0 (dk, dv, dbias are empty) */
-    if (dq) MF_CHECK_CUDA(cudaMemsetAsync(dq, 0, (size_t)rows * d.D * sizeof(bf16), stream));
+    zero_view(dq, vw.dq, d, d.Q, stream);
     return;
   }
-  MF_ATT_DISPATCH(backward_dp, padded_dim(d.D), p, dk || dv, dq != NULL, dbias != NULL, scratch,
-                  scratch_bytes, stream);
+  const bool dq_packed = same_stride(vw.dq, packed_stride(d, d.Q));
+  MF_ATT_DISPATCH(backward_dp, padded_dim(d.D), p, dk || dv, dq != NULL, dbias != NULL, dq_packed,
+                  scratch, scratch_bytes, stream);
+}
+
+extern "C" void mf_attention_backward_cuda(bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dbias, bf16 *dgate,
+                                           const bf16 *dout, const bf16 *out, const float *lse,
+                                           const bf16 *q, const bf16 *k, const bf16 *v,
+                                           const bf16 *bias, const uint8_t *mask, const bf16 *gate,
+                                           mf_attn_dims d, void *workspace, size_t workspace_bytes,
+                                           cudaStream_t stream) {
+  const mf_attn_views pv = mf_attn_packed_views(d);
+  mf_attention_backward_strided_cuda(dq, dk, dv, dbias, dgate, dout, out, lse, q, k, v, bias, mask,
+                                     gate, d, &pv, workspace, workspace_bytes, stream);
 }

@@ -30,7 +30,24 @@
  * results are bit-identical run to run on one GPU model; another model (another SM count)
  * may round dbias differently.
  * Unlike the CPU reference, the backward takes the forward's output `out` (gated):
- * Di = Σ_d dout·out and dgate = dout·out·(1 − σ(gate)) then need no recomputation. */
+ * Di = Σ_d dout·out and dgate = dout·out·(1 − σ(gate)) then need no recomputation.
+ *
+ * Strided views (the *_strided_cuda entry points; the packed ones above are wrappers with
+ * mf_attn_packed_views()): q, k, v, gate, out, dout, dq, dk, dv, dgate may each be a view
+ * with its own element strides (b, r, h, row): element (b, r, h, i, d) at
+ * base + b·s.b + r·s.r + h·s.h + i·s.row + d — D contiguous, every stride a multiple of 8
+ * (16-byte rows with 16-byte aligned bases), s.row >= D, 64·s.row < 2³¹. bias, dbias, mask
+ * and lse stay packed. So q, k, v, gate can be column blocks of one projection matrix
+ * whose rows are in any order of (r, i) (triangle attention: rows (i, j) for the starting
+ * node, (j, i) for the ending node — the strides swap), and out, dq, dk, dv, dgate can be
+ * written straight into such matrices: nothing outside the views is written. Output views
+ * must not overlap each other or the inputs, except that dgate may be dout itself (the
+ * same pointer and strides: each dout chunk is read once, by the thread that then writes
+ * that dgate chunk). The strided backward takes a workspace of
+ * mf_attention_backward_strided_cuda_workspace() bytes: as the packed one, plus room for
+ * the split dbias pass's partial sums (up to 10 row ranges), which the packed backward
+ * keeps in dq's buffer (a strided dq is not one block); with less (at least the packed
+ * size) the split uses what there is. */
 #ifndef MF_OPS_CUDA_ATTENTION_CUDA_H
 #define MF_OPS_CUDA_ATTENTION_CUDA_H
 
@@ -45,6 +62,19 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Element strides of a (B, R, H, rows, D) view; D is contiguous. */
+typedef struct {
+  int64_t b, r, h, row;
+} mf_attn_stride;
+
+/* The views of one attention call (those of absent tensors are ignored). */
+typedef struct {
+  mf_attn_stride q, k, v, gate, out, dout, dq, dk, dv, dgate;
+} mf_attn_views;
+
+/* The packed layouts of the header comment: (B,R,H,Q,D) / (B,R,H,K,D). */
+mf_attn_views mf_attn_packed_views(mf_attn_dims d);
 
 /* Forward. out (B,R,H,Q,D); lse (B,R,H,Q) or NULL; bias, mask, gate may be NULL. */
 void mf_attention_forward_cuda(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *q,
@@ -65,6 +95,20 @@ void mf_attention_backward_cuda(__nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloa
                                 const __nv_bfloat16 *bias, const uint8_t *mask,
                                 const __nv_bfloat16 *gate, mf_attn_dims d, void *workspace,
                                 size_t workspace_bytes, cudaStream_t stream);
+
+/* The same on strided views (see the header comment). */
+void mf_attention_forward_strided_cuda(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *q,
+                                       const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+                                       const __nv_bfloat16 *bias, const uint8_t *mask,
+                                       const __nv_bfloat16 *gate, mf_attn_dims d,
+                                       const mf_attn_views *views, cudaStream_t stream);
+size_t mf_attention_backward_strided_cuda_workspace(mf_attn_dims d, int has_gate);
+void mf_attention_backward_strided_cuda(
+    __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, __nv_bfloat16 *dbias,
+    __nv_bfloat16 *dgate, const __nv_bfloat16 *dout, const __nv_bfloat16 *out, const float *lse,
+    const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+    const __nv_bfloat16 *bias, const uint8_t *mask, const __nv_bfloat16 *gate, mf_attn_dims d,
+    const mf_attn_views *views, void *workspace, size_t workspace_bytes, cudaStream_t stream);
 
 /* Kernel variant for the lab and the tests: 0 = tensor cores (mma.sync, the default:
  * variant 7's backward), 1 = the portable path (the same kernels with the matrix products

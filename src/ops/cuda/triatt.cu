@@ -1,11 +1,17 @@
-/* triatt.cu — triangle attention (starting / ending node) on the GPU, forward and backward:
- * LN staging + one projection GEMM against w_qkvbg + a re-layout kernel that scatters q, k,
- * v, g into the attention layout and the bias into (H, N, N) (transposed for the ending
- * node); EvoFlash-3D with the gate fused; a gather of the gated output back to pair rows
- * (transposed back for the ending node) + the W_o GEMM + the residual/dropout epilogue.
- * The backward recomputes x̂ and the projections, runs the attention backward and gathers
- * dq, dk, dv, dbias, dgate back into one (rows, 4HD + H) gradient matrix for two GEMMs and
- * the LayerNorm backward. See triatt_cuda.h. Not the CPU reference (src/ops/cpu/triatt.c).
+/* triatt.cu — triangle attention (starting / ending node) on the GPU, forward and backward.
+ * Two implementations (mf_triatt_cuda_set_path):
+ *  - the strided path (default; "the strided path" section at the end): LN staging + one
+ *    projection GEMM per chunk writing P (N², ldp) in z order; EvoFlash-3D directly on
+ *    strided views of P (q, k, v, gate), o written in z order for the W_o GEMM; only the
+ *    bias (and its gradient) is moved, between P's bias columns and (H, N, N). The
+ *    backward writes dq, dk, dv, dg straight into the gradient matrix dP.
+ *  - the re-layout path it replaced (kept for side-by-side timings): per chunk, a
+ *    re-layout kernel scatters q, k, v, g into the attention layout and the bias into
+ *    (H, N, N) (transposed for the ending node); EvoFlash-3D with the gate fused; a gather
+ *    of the gated output back to pair rows + the W_o GEMM + the residual/dropout epilogue;
+ *    the backward gathers dq, dk, dv, dbias, dgate back into one (rows, ldp) gradient
+ *    matrix for two GEMMs and the LayerNorm backward.
+ * See triatt_cuda.h. Not the CPU reference (src/ops/cpu/triatt.c).
  *
  * Layouts. Pair rows m = a·N + b of z (N, N, C) are processed in z order, chunk by chunk.
  * The attention problem is the starting node on z (row i = a, query/key j = b) or on zᵀ
@@ -115,6 +121,34 @@ static __global__ void ta_heads_kernel(bf16 *__restrict__ cl, bf16 *__restrict__
   }
 }
 
+/* Between the bias columns [3HD, 3HD + BP) of P (M, ldp), all pair rows in z order, and
+ * bias (H, N, N) at (h, i, j). TO_P = false gathers the bias for the attention; true
+ * writes dbias into those columns of the gradient matrix with zeros in the padding ones.
+ * One thread per (i, j), in bias order (coalesced on the (H, N, N) side), moving the
+ * row's BP columns as 16-byte vectors. */
+template <bool TO_P>
+static __global__ void ta_bias_kernel(bf16 *__restrict__ P, int ldp, bf16 *__restrict__ bias,
+                                      int N, int H, int D, int starting) {
+  const int64_t M = (int64_t)N * N;
+  const int BP = ta_bp(H), HD = H * D;
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < M;
+       t += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = t / N, j = t - i * N, m = starting ? t : j * N + i;
+    bf16 *prow = P + m * ldp + 3 * HD;
+    for (int c = 0; c < BP; c += 8) {
+      __align__(16) bf16 v[8];
+      if (!TO_P) *(uint4 *)v = *(const uint4 *)(prow + c);
+#pragma unroll
+      for (int u = 0; u < 8; u++) {
+        const int h = c + u;
+        if (TO_P) v[u] = h < H ? bias[h * M + t] : mf_f32_to_bf16(0.0f);
+        else if (h < H) bias[h * M + t] = v[u];
+      }
+      if (TO_P) *(uint4 *)(prow + c) = *(const uint4 *)v;
+    }
+  }
+}
+
 /* out (M, C) rows m0.. += mask ⊙ u (u (rows, C) fp32; the residual with row/column dropout:
  * mask (N, C) indexed by b (ROWWISE) or a (COLWISE) of m = a·N + b). */
 template <int VEC>
@@ -220,7 +254,8 @@ static void launch_dropbwd(bf16 *dd, const bf16 *dout, const float *mask, int ax
 typedef struct {
   float *mu, *rs; /* (M) LN statistics, indexed by pair row m of z */
   float *lse;     /* (N, H, N) softmax log-sum-exp, (i, h, j) */
-  bf16 *o;        /* (N, H, N, D) gated attention output, (i, h, j, d) */
+  bf16 *o;        /* gated attention output: (M, HD) in z order (strided path) or
+                   * (N, H, N, D) at (i, h, j, d) (re-layout path) */
 } ta_saved;
 
 static size_t saved_carve(ta_saved *s, void *base, int N, int H, int D) {
@@ -340,7 +375,20 @@ extern "C" size_t mf_triatt_cuda_saved_bytes(int N, int C, int H, int D) {
   return saved_carve(&s, NULL, N, H, D);
 }
 
+/* 0: the strided path (the default), 1: the re-layout path (lab and timings). */
+static int g_path = 0;
+
+extern "C" int mf_triatt_cuda_set_path(int path) {
+  MF_ASSERT(path == 0 || path == 1, "triatt_cuda path %d", path);
+  const int old = g_path;
+  g_path = path;
+  return old;
+}
+
+static size_t ws2_size(int N, int C, int H, int D);
+
 extern "C" size_t mf_triatt_cuda_workspace(int N, int C, int H, int D) {
+  if (g_path == 0) return ws2_size(N, C, H, D);
   ta_ws w;
   return ws_carve(&w, NULL, N, C, H, D);
 }
@@ -357,12 +405,12 @@ static void ta_check(const mf_triatt_cuda_weights *w, int N, int C, int H, int D
 }
 
 /* The key mask of the attention problem: pm (starting node) or pmᵀ (ending node). */
-static const uint8_t *ta_key_mask(const ta_ws *b, const uint8_t *pm, int N, int starting,
+static const uint8_t *ta_key_mask(uint8_t *pmt, const uint8_t *pm, int N, int starting,
                                   cudaStream_t stream) {
   if (!pm || starting) return pm;
-  ta_mask_t_kernel<<<mf_ew_blocks((int64_t)N * N), 256, 0, stream>>>(b->pmt, pm, N);
+  ta_mask_t_kernel<<<mf_ew_blocks((int64_t)N * N), 256, 0, stream>>>(pmt, pm, N);
   MF_CHECK_LAUNCH();
-  return b->pmt;
+  return pmt;
 }
 
 /* The projection weight in P's column order: rows [W_q; W_k; W_v; W_b; 0; W_g] with the
@@ -370,19 +418,19 @@ static const uint8_t *ta_key_mask(const ta_ws *b, const uint8_t *pm, int N, int 
  * D = 32) as a GEMM's output width or inner dimension, cuBLAS fell back to 2-element-aligned
  * Ampere kernels (an H200 profile, 2026-11-30: 4.7 ms of a 48 ms block at N = 768). When H
  * is a multiple of 8 the layouts coincide and w_qkvbg is used as it is. */
-static const bf16 *ta_wpad(const ta_ws *b, const mf_triatt_cuda_weights *w, int C, int H, int D,
+static const bf16 *ta_wpad(bf16 *wpad, const mf_triatt_cuda_weights *w, int C, int H, int D,
                            cudaStream_t stream) {
   const int HD = H * D, BP = ta_bp(H);
   if (BP == H) return w->w_qkvbg;
   const size_t row = (size_t)C * sizeof(bf16);
-  MF_CHECK_CUDA(cudaMemcpyAsync(b->wpad, w->w_qkvbg, (size_t)(3 * HD + H) * row,
+  MF_CHECK_CUDA(cudaMemcpyAsync(wpad, w->w_qkvbg, (size_t)(3 * HD + H) * row,
                                 cudaMemcpyDeviceToDevice, stream));
-  MF_CHECK_CUDA(cudaMemsetAsync(b->wpad + (size_t)(3 * HD + H) * C, 0, (size_t)(BP - H) * row,
+  MF_CHECK_CUDA(cudaMemsetAsync(wpad + (size_t)(3 * HD + H) * C, 0, (size_t)(BP - H) * row,
                                 stream));
-  MF_CHECK_CUDA(cudaMemcpyAsync(b->wpad + (size_t)(3 * HD + BP) * C,
+  MF_CHECK_CUDA(cudaMemcpyAsync(wpad + (size_t)(3 * HD + BP) * C,
                                 w->w_qkvbg + (size_t)(3 * HD + H) * C, (size_t)HD * row,
                                 cudaMemcpyDeviceToDevice, stream));
-  return b->wpad;
+  return wpad;
 }
 
 /* dw (4HD + H, C) += dwpad (ldp, C) without its padding rows (fixed order: deterministic). */
@@ -417,13 +465,10 @@ static void ta_project(ta_ws *b, const ta_stage *st, const ta_saved *s, const bf
 
 /* ================================================================ forward */
 
-extern "C" void mf_triatt_forward_cuda(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
-                                       const mf_triatt_cuda_weights *w, int N, int C, int H,
-                                       int D, int starting, const mf_resdrop_cuda *rd, void *ws,
-                                       size_t ws_bytes, const mf_cuda_blas *blas,
-                                       cudaStream_t stream) {
-  ta_check(w, N, C, H, D, starting, rd);
-  MF_ASSERT(out && saved && z && ws, "triatt_forward_cuda: NULL argument");
+static void ta_forward_relayout(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
+                                const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
+                                int starting, const mf_resdrop_cuda *rd, void *ws,
+                                size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
   const int64_t M = (int64_t)N * N;
   const int HD = H * D;
   ta_saved s;
@@ -434,8 +479,8 @@ extern "C" void mf_triatt_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
   const int64_t R = b.R;
   const ta_stage *st = &b.sx;
   if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
-  ta_wpad(&b, w, C, H, D, stream);
-  const uint8_t *kmask = ta_key_mask(&b, pm, N, starting, stream);
+  ta_wpad(b.wpad, w, C, H, D, stream);
+  const uint8_t *kmask = ta_key_mask(b.pmt, pm, N, starting, stream);
 
   /* x̂ = LN(z); [q | k | v | b | g] = x̂·w_qkvbgᵀ → attention layout */
   for (int64_t r0 = 0; r0 < M; r0 += R)
@@ -463,14 +508,11 @@ extern "C" void mf_triatt_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
 
 #define G(field) (g ? g->field : NULL)
 
-extern "C" void mf_triatt_backward_cuda(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dout,
-                                        const void *saved, const bf16 *z, const uint8_t *pm,
-                                        const mf_triatt_cuda_weights *w, int N, int C, int H,
-                                        int D, int starting, const mf_resdrop_cuda *rd, void *ws,
-                                        size_t ws_bytes, const mf_cuda_blas *blas,
-                                        cudaStream_t stream) {
-  ta_check(w, N, C, H, D, starting, rd);
-  MF_ASSERT(dz && dout && saved && z && ws, "triatt_backward_cuda: NULL argument");
+static void ta_backward_relayout(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dout,
+                                 const void *saved, const bf16 *z, const uint8_t *pm,
+                                 const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
+                                 int starting, const mf_resdrop_cuda *rd, void *ws,
+                                 size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
   const int64_t M = (int64_t)N * N;
   const int HD = H * D, ldp = ta_ldp(H, D);
   ta_saved s;
@@ -481,10 +523,10 @@ extern "C" void mf_triatt_backward_cuda(bf16 *dz, const mf_triatt_cuda_grads *g,
   const int64_t R = b.R;
   const ta_stage *st = &b.sx; /* inside dq.. (not yet written) */
   if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
-  const bf16 *wq = ta_wpad(&b, w, C, H, D, stream);
+  const bf16 *wq = ta_wpad(b.wpad, w, C, H, D, stream);
   if (G(w_qkvbg))
     MF_CHECK_CUDA(cudaMemsetAsync(b.dwpad, 0, (size_t)ldp * C * sizeof(float), stream));
-  const uint8_t *kmask = ta_key_mask(&b, pm, N, starting, stream);
+  const uint8_t *kmask = ta_key_mask(b.pmt, pm, N, starting, stream);
 
   /* phase 1, per chunk: q, k, v, bias, g recomputed; out = o·W_oᵀ with dΔz = dout (⊙ mask)
    *   ⇒ dW_o += dΔzᵀ·o,  dO = dΔz·W_o (scattered to the attention layout) */
@@ -537,4 +579,276 @@ extern "C" void mf_triatt_backward_cuda(bf16 *dz, const mf_triatt_cuda_grads *g,
         G(w_qkvbg), b.dwpad, C, H, D);
     MF_CHECK_LAUNCH();
   }
+}
+
+/* ================================================================ the strided path
+ *
+ * No re-layout of q, k, v, g, o: P (M, ldp) holds the projections of ALL pair rows in z
+ * order (each chunk's GEMM writes its rows in place) and EvoFlash-3D reads q, k, v and
+ * the gate as strided views of its column blocks (ta_views); the gated output goes
+ * straight to the saved o (M, HD) in z order, which the W_o GEMMs read. Only the bias
+ * moves to (H, N, N) (ta_bias_kernel), and dbias back into its columns. In the backward
+ * the gradient matrix dP (M, ldp) takes dq, dk, dv, dg as strided views; its g columns
+ * first hold dO = dΔz·W_o (the attention's dout), which the attention backward's prologue
+ * reads and overwrites with dg in place (attention_cuda.h allows dgate = dout). */
+
+typedef struct {
+  uint8_t *pmt;      /* (N, N) pmᵀ (ending node with a pair mask) */
+  float *mask;       /* (N, C) dropout mask */
+  bf16 *wpad;        /* (ldp, C) w_qkvbg in P's column order */
+  float *dwpad;      /* (ldp, C) its gradient (backward) */
+  bf16 *P;           /* (M, ldp) [q | k | v | bias | 0 | g], pair rows in z order */
+  bf16 *bias;        /* (H, N, N) */
+  bf16 *dP;          /* (M, ldp) gradients; its g columns hold dO until the attention backward */
+  bf16 *dbias;       /* (H, N, N) */
+  void *att_ws;      /* the strided attention backward's workspace */
+  size_t att_ws_bytes;
+  int64_t R;         /* rows per chunk */
+  ta_stage sx;       /* staging of the forward and the backward's phase 1 (in dbias, att_ws) */
+  ta_stage sy;       /* staging of the backward's phase 3 (in P, bias: dead by then) */
+} ta_ws2;
+
+/* Chunks of at least this many rows are large enough for the GEMMs to alias the staging
+ * into the whole-tensor buffers rather than take a region of its own. */
+#define TA2_MIN_ALIAS_ROWS 16384
+
+/* Staging of the strided path: LN rows, dout ⊙ mask, fp32 rows, LN partials (no
+ * projection or output rows: the GEMMs use P, dP and o in place). */
+static size_t stage2_carve(ta_stage *st, void *base, int64_t R, int C) {
+  mf_carver cv = {(char *)base, 0};
+  st->xh = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
+  st->P = NULL;
+  st->ocl = NULL;
+  st->dd = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
+  st->u = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
+  st->part = (float *)mf_carve(&cv, (size_t)mf_ln_rows_backward_parts(R) * 2 * C * sizeof(float));
+  return cv.used;
+}
+
+/* [pmt, mask, wpad, dwpad | Y: P, bias | X: dP, dbias, att_ws | staging, only when it
+ * cannot alias]: sx inside [dbias, att_ws] (not live in the forward or the backward's
+ * phase 1, while dP's g columns are), sy inside Y. */
+static size_t ws2_carve(ta_ws2 *w, void *base, int N, int C, int H, int D) {
+  const int64_t M = (int64_t)N * N;
+  const int64_t R_auto = mf_fusion_chunk_rows(M, (size_t)C * (2 + 2 + 4));
+  const size_t pb = (size_t)M * ta_ldp(H, D) * sizeof(bf16), bia = (size_t)M * H * sizeof(bf16);
+  mf_carver cv = {(char *)base, 0};
+  w->pmt = (uint8_t *)mf_carve(&cv, (size_t)M);
+  w->mask = (float *)mf_carve(&cv, (size_t)N * C * sizeof(float));
+  w->wpad = (bf16 *)mf_carve(&cv, (size_t)ta_ldp(H, D) * C * sizeof(bf16));
+  w->dwpad = (float *)mf_carve(&cv, (size_t)ta_ldp(H, D) * C * sizeof(float));
+  const size_t y0 = cv.used;
+  w->P = (bf16 *)mf_carve(&cv, pb);
+  w->bias = (bf16 *)mf_carve(&cv, bia);
+  const size_t x0 = cv.used;
+  w->dP = (bf16 *)mf_carve(&cv, pb);
+  const size_t xs = cv.used;
+  w->dbias = (bf16 *)mf_carve(&cv, bia);
+  w->att_ws_bytes = mf_attention_backward_strided_cuda_workspace(ta_dims(N, H, D), 1);
+  w->att_ws = mf_carve(&cv, w->att_ws_bytes);
+  const size_t x1 = cv.used, cap = x0 - y0 < x1 - xs ? x0 - y0 : x1 - xs;
+
+  ta_stage st;
+  int64_t lo = 0, hi = R_auto;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (stage2_carve(&st, NULL, mid, C) <= cap) lo = mid;
+    else hi = mid - 1;
+  }
+  /* alias when chunks of at least half the automatic size fit (chunks of lo rows, as the
+   * re-layout path), or else of at least TA2_MIN_ALIAS_ROWS rows (then balanced chunks:
+   * e.g. N = 384, where one chunk of all 147456 rows would need 144 MiB of staging beside
+   * [dbias, att_ws]'s 61 MiB; three chunks alias) */
+  if (lo >= 1 && (2 * lo >= R_auto || lo >= TA2_MIN_ALIAS_ROWS)) { /* alias */
+    const int64_t chunks = (M + lo - 1) / lo;
+    const int64_t R = 2 * lo >= R_auto ? lo : (M + chunks - 1) / chunks; /* R <= lo */
+    w->R = R;
+    stage2_carve(&w->sx, base ? (char *)base + xs : NULL, R, C);
+    stage2_carve(&w->sy, base ? (char *)base + y0 : NULL, R, C);
+  } else { /* a region of its own */
+    w->R = R_auto;
+    void *sep = mf_carve(&cv, stage2_carve(&st, NULL, R_auto, C));
+    stage2_carve(&w->sx, sep, R_auto, C);
+    w->sy = w->sx;
+  }
+  return cv.used;
+}
+
+static size_t ws2_size(int N, int C, int H, int D) {
+  ta_ws2 w;
+  return ws2_carve(&w, NULL, N, C, H, D);
+}
+
+/* The attention problem's views of P / dP (q, k, v, gate, dq, dk, dv, dgate, dout) and of
+ * o (out): element (i, h, j, d) in pair row m = i·N + j (starting) or j·N + i (ending). */
+static mf_attn_views ta_views(int N, int H, int D, int starting) {
+  const int64_t ldp = ta_ldp(H, D), HD = (int64_t)H * D;
+  const mf_attn_stride sp = starting ? mf_attn_stride{0, N * ldp, D, ldp}
+                                     : mf_attn_stride{0, ldp, D, N * ldp};
+  const mf_attn_stride so = starting ? mf_attn_stride{0, N * HD, D, HD}
+                                     : mf_attn_stride{0, HD, D, N * HD};
+  return mf_attn_views{sp, sp, sp, sp, so, sp, sp, sp, sp, sp};
+}
+
+static void launch_bias(bf16 *P, bf16 *bias, int N, int H, int D, int starting, bool to_p,
+                        cudaStream_t s) {
+  const unsigned nb = mf_ew_blocks((int64_t)N * N);
+  if (to_p) ta_bias_kernel<true><<<nb, 256, 0, s>>>(P, ta_ldp(H, D), bias, N, H, D, starting);
+  else ta_bias_kernel<false><<<nb, 256, 0, s>>>(P, ta_ldp(H, D), bias, N, H, D, starting);
+  MF_CHECK_LAUNCH();
+}
+
+/* x̂ = LN(z) for chunk rows r0.. (statistics computed or read) and their projections
+ * P rows r0.. = x̂·wqᵀ (all ldp columns; the padding ones come out 0). */
+static void ta2_project(const ta_ws2 *b, const ta_stage *st, const ta_saved *s, const bf16 *z,
+                        const mf_triatt_cuda_weights *w, const bf16 *wq, int C, int H, int D,
+                        int64_t r0, int64_t rows, int use_saved, const mf_cuda_blas *blas,
+                        cudaStream_t stream) {
+  const int ldp = ta_ldp(H, D);
+  mf_ln_rows_cuda(st->xh, s->mu + r0, s->rs + r0, z + r0 * C, w->ln_g, w->ln_b, rows, C,
+                  MF_LN_FULL, use_saved, stream);
+  mf_gemm_rm_cuda(blas, stream, 0, 1, rows, ldp, C, 1.0f, st->xh, C, wq, C, 0.0f,
+                  b->P + r0 * ldp, MF_GEMM_OUT_BF16, ldp);
+}
+
+static void ta_forward_strided(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
+                               const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
+                               int starting, const mf_resdrop_cuda *rd, void *ws,
+                               size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
+  const int64_t M = (int64_t)N * N;
+  const int HD = H * D, goff = 3 * HD + ta_bp(H);
+  ta_saved s;
+  saved_carve(&s, saved, N, H, D);
+  ta_ws2 b;
+  MF_ASSERT(ws2_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
+  ws2_carve(&b, ws, N, C, H, D);
+  const int64_t R = b.R;
+  const ta_stage *st = &b.sx;
+  if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
+  const bf16 *wq = ta_wpad(b.wpad, w, C, H, D, stream);
+  const uint8_t *kmask = ta_key_mask(b.pmt, pm, N, starting, stream);
+
+  /* x̂ = LN(z); P = x̂·w_qkvbgᵀ in z order; the bias columns → (H, N, N) */
+  for (int64_t r0 = 0; r0 < M; r0 += R)
+    ta2_project(&b, st, &s, z, w, wq, C, H, D, r0, M - r0 < R ? M - r0 : R, 0, blas, stream);
+  launch_bias(b.P, b.bias, N, H, D, starting, false, stream);
+  /* o = σ(g) ⊙ attention(q, k, v, bias, key mask), on views of P, into o in z order */
+  const mf_attn_views vw = ta_views(N, H, D, starting);
+  mf_attention_forward_strided_cuda(s.o, s.lse, b.P, b.P + HD, b.P + 2 * HD, b.bias, kmask,
+                                    b.P + goff, ta_dims(N, H, D), &vw, stream);
+  /* Δz = o·W_oᵀ; out = Δz or out += mask ⊙ Δz */
+  for (int64_t r0 = 0; r0 < M; r0 += R) {
+    const int64_t rows = M - r0 < R ? M - r0 : R;
+    if (rd) {
+      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, HD, 1.0f, s.o + r0 * HD, HD, w->w_o, HD, 0.0f,
+                      st->u, MF_GEMM_OUT_F32, C);
+      launch_resdrop(out, st->u, b.mask, (int)rd->axis, N, r0, rows, C, stream);
+    } else {
+      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, HD, 1.0f, s.o + r0 * HD, HD, w->w_o, HD, 0.0f,
+                      out + r0 * C, MF_GEMM_OUT_BF16, C);
+    }
+  }
+}
+
+static void ta_backward_strided(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dout,
+                                const void *saved, const bf16 *z, const uint8_t *pm,
+                                const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
+                                int starting, const mf_resdrop_cuda *rd, void *ws,
+                                size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
+  const int64_t M = (int64_t)N * N;
+  const int HD = H * D, ldp = ta_ldp(H, D), goff = 3 * HD + ta_bp(H);
+  ta_saved s;
+  saved_carve(&s, (void *)saved, N, H, D); /* read only below */
+  ta_ws2 b;
+  MF_ASSERT(ws2_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
+  ws2_carve(&b, ws, N, C, H, D);
+  const int64_t R = b.R;
+  const ta_stage *st = &b.sx; /* inside dbias, att_ws (not yet written) */
+  if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
+  const bf16 *wq = ta_wpad(b.wpad, w, C, H, D, stream);
+  if (G(w_qkvbg))
+    MF_CHECK_CUDA(cudaMemsetAsync(b.dwpad, 0, (size_t)ldp * C * sizeof(float), stream));
+  const uint8_t *kmask = ta_key_mask(b.pmt, pm, N, starting, stream);
+
+  /* phase 1, per chunk: P recomputed; out = o·W_oᵀ with dΔz = dout (⊙ mask)
+   *   ⇒ dW_o += dΔzᵀ·o,  dO = dΔz·W_o into dP's g columns */
+  for (int64_t r0 = 0; r0 < M; r0 += R) {
+    const int64_t rows = M - r0 < R ? M - r0 : R;
+    ta2_project(&b, st, &s, z, w, wq, C, H, D, r0, rows, 1, blas, stream);
+    const bf16 *dd = dout + r0 * C;
+    if (rd) {
+      launch_dropbwd(st->dd, dout, b.mask, (int)rd->axis, N, r0, rows, C, stream);
+      dd = st->dd;
+    }
+    if (G(w_o))
+      mf_gemm_rm_cuda(blas, stream, 1, 0, C, HD, rows, 1.0f, dd, C, s.o + r0 * HD, HD, 1.0f,
+                      G(w_o), MF_GEMM_OUT_F32, HD);
+    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, HD, C, 1.0f, dd, C, w->w_o, HD, 0.0f,
+                    b.dP + r0 * ldp + goff, MF_GEMM_OUT_BF16, ldp);
+  }
+  launch_bias(b.P, b.bias, N, H, D, starting, false, stream);
+
+  /* phase 2: the attention backward on views of P and dP (all its gradients assign; dg
+   * replaces dO in place) */
+  const mf_attn_views vw = ta_views(N, H, D, starting);
+  mf_attention_backward_strided_cuda(b.dP, b.dP + HD, b.dP + 2 * HD, b.dbias, b.dP + goff,
+                                     b.dP + goff, s.o, s.lse, b.P, b.P + HD, b.P + 2 * HD, b.bias,
+                                     kmask, b.P + goff, ta_dims(N, H, D), &vw, b.att_ws,
+                                     b.att_ws_bytes, stream);
+  launch_bias(b.dP, b.dbias, N, H, D, starting, true, stream); /* + zero padding columns */
+
+  /* phase 3, per chunk: dw_qkvbg += dPᵀ·x̂,  dx̂ = dP·w_qkvbg,  dz = LN backward
+   * (staging now inside P, bias: dead after the attention backward) */
+  st = &b.sy;
+  for (int64_t r0 = 0; r0 < M; r0 += R) {
+    const int64_t rows = M - r0 < R ? M - r0 : R;
+    mf_ln_rows_cuda(st->xh, s.mu + r0, s.rs + r0, z + r0 * C, w->ln_g, w->ln_b, rows, C,
+                    MF_LN_FULL, 1, stream);
+    const bf16 *dp = b.dP + r0 * ldp;
+    if (G(w_qkvbg))
+      mf_gemm_rm_cuda(blas, stream, 1, 0, ldp, C, rows, 1.0f, dp, ldp, st->xh, C, 1.0f, b.dwpad,
+                      MF_GEMM_OUT_F32, C);
+    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, ldp, 1.0f, dp, ldp, wq, C, 0.0f, st->u,
+                    MF_GEMM_OUT_F32, C);
+    mf_ln_rows_backward_cuda(dz + r0 * C, st->part, st->u, z + r0 * C, s.mu + r0, s.rs + r0,
+                             w->ln_g, rows, C, MF_LN_FULL, rd ? 1 : 0, stream);
+    mf_ln_param_grad_reduce_cuda(G(ln_g), G(ln_b), st->part, mf_ln_rows_backward_parts(rows), C,
+                                 stream);
+  }
+  if (G(w_qkvbg)) {
+    ta_dw_unpad_kernel<<<mf_ew_blocks((int64_t)(4 * HD + H) * C), 256, 0, stream>>>(
+        G(w_qkvbg), b.dwpad, C, H, D);
+    MF_CHECK_LAUNCH();
+  }
+}
+
+/* ================================================================ entry points */
+
+extern "C" void mf_triatt_forward_cuda(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
+                                       const mf_triatt_cuda_weights *w, int N, int C, int H,
+                                       int D, int starting, const mf_resdrop_cuda *rd, void *ws,
+                                       size_t ws_bytes, const mf_cuda_blas *blas,
+                                       cudaStream_t stream) {
+  ta_check(w, N, C, H, D, starting, rd);
+  MF_ASSERT(out && saved && z && ws, "triatt_forward_cuda: NULL argument");
+  if (g_path == 0)
+    ta_forward_strided(out, saved, z, pm, w, N, C, H, D, starting, rd, ws, ws_bytes, blas, stream);
+  else
+    ta_forward_relayout(out, saved, z, pm, w, N, C, H, D, starting, rd, ws, ws_bytes, blas, stream);
+}
+
+extern "C" void mf_triatt_backward_cuda(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dout,
+                                        const void *saved, const bf16 *z, const uint8_t *pm,
+                                        const mf_triatt_cuda_weights *w, int N, int C, int H,
+                                        int D, int starting, const mf_resdrop_cuda *rd, void *ws,
+                                        size_t ws_bytes, const mf_cuda_blas *blas,
+                                        cudaStream_t stream) {
+  ta_check(w, N, C, H, D, starting, rd);
+  MF_ASSERT(dz && dout && saved && z && ws, "triatt_backward_cuda: NULL argument");
+  if (g_path == 0)
+    ta_backward_strided(dz, g, dout, saved, z, pm, w, N, C, H, D, starting, rd, ws, ws_bytes, blas,
+                        stream);
+  else
+    ta_backward_relayout(dz, g, dout, saved, z, pm, w, N, C, H, D, starting, rd, ws, ws_bytes, blas,
+                         stream);
 }

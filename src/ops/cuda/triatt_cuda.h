@@ -3,24 +3,28 @@
  * CPU reference computes), bf16 with fp32 accumulation and fp32 LayerNorm statistics:
  *
  *   x̂ = LN(z) (staging) → ONE GEMM against w_qkvbg (4·HD + H, C) whose rows are
- *   [W_q; W_k; W_v; W_b; W_g] (the CPU bind order, so a block's bf16 weights are used in
- *   place) → q, k, v, g in the attention layout (rows, H, N, D) and the bias (H, N, N)
- *   → EvoFlash-3D (mf_attention_forward_cuda, gate σ(g) fused) → o (N, N, HD)
- *   → GEMM with W_o → out = Δz, or, with rd, out += mask ⊙ Δz (residual + row/column
- *   dropout fused, as trimul_cuda.h).
+ *   [W_q; W_k; W_v; W_b; W_g] (the CPU bind order; padded in a copy to ldp = 4·HD + BP
+ *   rows, BP = H rounded up to 8) → P (N², ldp) = [q | k | v | bias | 0 | g] for every pair
+ *   row, in z order → the bias columns gathered to (H, N, N) → EvoFlash-3D on strided
+ *   views of P (mf_attention_forward_strided_cuda, gate σ(g) fused) → o (N, N, HD) in z
+ *   order → GEMM with W_o → out = Δz, or, with rd, out += mask ⊙ Δz (residual +
+ *   row/column dropout fused, as trimul_cuda.h).
  * The ending node runs the starting node on the transposed pair tensor (z_ji) with the
- * transposed pair mask and transposes the update back; the transposes are fused into the
- * kernels that re-layout q/k/v/g/bias and scatter the output where possible.
+ * transposed pair mask and transposes the update back: only the views' strides swap, no
+ * transposed copy of z, q, k, v, g, o or their gradients is made.
  *
  * Saved for the backward (mf_triatt_cuda_saved_bytes): LN statistics (fp32), the softmax
- * log-sum-exp (fp32) and the gated attention output (bf16). q, k, v, g and the bias are
- * recomputed from z by the backward (one GEMM): saved is N²·(2·H·D + 4·H + 8) bytes.
- * Transient tensors live in the caller's workspace (mf_triatt_cuda_workspace bytes), which
- * the forward and the backward may reuse freely between calls: whole q, k, v, g, the bias
- * and (backward) dO, dq, dk, dv, dg, dbias and the attention backward's own workspace —
- * about N²·(10·H·D·2 + 8·H) bytes — with the chunk staging (LN rows, projections, output
- * rows; mf_fusion_chunk_rows) aliased into the buffers not live in each phase: 365 MiB at
- * N = 384, 1.42 GiB at N = 768 (C = 128, H = 4, D = 32).
+ * log-sum-exp (fp32) and the gated attention output (bf16, z order). q, k, v, g and the
+ * bias are recomputed from z by the backward (one GEMM): saved is N²·(2·H·D + 4·H + 8)
+ * bytes. Transient tensors live in the caller's workspace (mf_triatt_cuda_workspace
+ * bytes), which the forward and the backward may reuse freely between calls: P, the bias,
+ * (backward) the gradient matrix dP (N², ldp) into which the attention backward writes
+ * dq, dk, dv, dg (its g columns first hold dO, overwritten by dg in place), dbias and the
+ * strided attention backward's workspace — about N²·(4·ldp + 4·H + 4·H + 2·H·D + 40·H)
+ * bytes — with the chunk staging (LN rows, fp32 rows; mf_fusion_chunk_rows) aliased into
+ * the buffers not live in each phase: ≈ 356 MiB at N = 384, 1423 MiB at N = 768
+ * (C = 128, H = 4, D = 32; the re-layout path, mf_triatt_cuda_set_path(1): 384 MiB,
+ * 1496 MiB).
  *
  * Gradient contract (as trimul_cuda.h): parameter gradients ACCUMULATE (fp32; a NULL field
  * or struct skips); dz ASSIGNS — except with a residual (rd != NULL), where dz ACCUMULATES
@@ -77,6 +81,12 @@ void mf_triatt_backward_cuda(__nv_bfloat16 *dz, const mf_triatt_cuda_grads *g,
                              const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
                              int starting, const mf_resdrop_cuda *rd, void *ws, size_t ws_bytes,
                              const mf_cuda_blas *blas, cudaStream_t stream);
+
+/* The implementation: 0 = strided (the default: the attention runs on views of the
+ * projection matrix, see the header comment), 1 = the re-layout path it replaced (kept for
+ * side-by-side timings; its workspace is larger). mf_triatt_cuda_workspace() answers for
+ * the current one; forward and backward must run on the same one. Returns the previous. */
+int mf_triatt_cuda_set_path(int path);
 
 #ifdef __cplusplus
 }
