@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "fusion_util.cuh"
+#include "mma_ptx.cuh"
 
 #define LG_BM 128     /* rows per tile */
 #define LG_WARPS 8    /* 4 (rows) × 2 (columns) warps, 32 rows each */
@@ -18,33 +19,9 @@
 
 /* ================================================================ PTX helpers */
 
-static __device__ __forceinline__ uint32_t lg_smem_u32(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
 static __device__ __forceinline__ void lg_cp16(void *smem, const void *gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(lg_smem_u32(smem)), "l"(gmem)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(mf_smem_u32(smem)), "l"(gmem)
                : "memory");
-}
-static __device__ __forceinline__ void lg_commit(void) {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-static __device__ __forceinline__ void lg_wait(void) {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-static __device__ __forceinline__ void lg_ldsm4(uint32_t *r, uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-/* c (16×8 fp32) += a (16×16 bf16, row) · b (16×8 bf16, col) */
-static __device__ __forceinline__ void lg_mma(float *c, const uint32_t *a, uint32_t b0,
-                                              uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 static __device__ __forceinline__ void lg_bar_pair(int id) { /* the 2 warps sharing 32 rows */
   asm volatile("bar.sync %0, 64;\n" ::"r"(id) : "memory");
@@ -72,27 +49,27 @@ static __device__ __forceinline__ void lg_warp_gemm(float (&acc)[2][2 * NB][4], 
                                                     int lda, int row0, const bf16 *sb, int ldb,
                                                     const int (&brow)[NB], int lane) {
   static_assert(K % 32 == 0, "lg_warp_gemm: K % 32");
-  const uint32_t a0 = lg_smem_u32(sa + (row0 + (lane & 15)) * lda + (lane >> 4) * 8);
+  const uint32_t a0 = mf_smem_u32(sa + (row0 + (lane & 15)) * lda + (lane >> 4) * 8);
   const uint32_t a1 = a0 + 16 * lda * (uint32_t)sizeof(bf16);
   uint32_t bb[NB];
 #pragma unroll
   for (int nb = 0; nb < NB; nb++)
-    bb[nb] = lg_smem_u32(sb + (brow[nb] + (lane & 7) + ((lane >> 4) << 3)) * ldb +
+    bb[nb] = mf_smem_u32(sb + (brow[nb] + (lane & 7) + ((lane >> 4) << 3)) * ldb +
                          ((lane >> 3) & 1) * 8);
   uint32_t fa[2][2][4], fb[2][NB][4];
 #define LG_LOAD(S, K0)                                                        \
   do {                                                                        \
     const uint32_t o_ = (uint32_t)(K0) * (uint32_t)sizeof(bf16);              \
-    lg_ldsm4(fa[S][0], a0 + o_);                                              \
-    lg_ldsm4(fa[S][1], a1 + o_);                                              \
-    _Pragma("unroll") for (int nb = 0; nb < NB; nb++) lg_ldsm4(fb[S][nb], bb[nb] + o_); \
+    mf_ldsm_x4(fa[S][0], a0 + o_);                                              \
+    mf_ldsm_x4(fa[S][1], a1 + o_);                                              \
+    _Pragma("unroll") for (int nb = 0; nb < NB; nb++) mf_ldsm_x4(fb[S][nb], bb[nb] + o_); \
   } while (0)
 #define LG_MMA(S)                                                             \
   do {                                                                        \
     _Pragma("unroll") for (int nb = 0; nb < NB; nb++)                          \
       _Pragma("unroll") for (int mt = 0; mt < 2; mt++) {                      \
-        lg_mma(acc[mt][2 * nb], fa[S][mt], fb[S][nb][0], fb[S][nb][1]);       \
-        lg_mma(acc[mt][2 * nb + 1], fa[S][mt], fb[S][nb][2], fb[S][nb][3]);   \
+        mf_mma_bf16(acc[mt][2 * nb], fa[S][mt], fb[S][nb][0], fb[S][nb][1]);       \
+        mf_mma_bf16(acc[mt][2 * nb + 1], fa[S][mt], fb[S][nb][2], fb[S][nb][3]);   \
       }                                                                       \
   } while (0)
   LG_LOAD(0, 0);
@@ -251,27 +228,27 @@ ln_gemm_mma_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__re
     const int n = n0 + rot < nacc ? n0 + rot : n0 + rot - nacc;
     lg_cp16(sw + n * LDA + k8, w + (int64_t)n * C + k8);
   }
-  lg_commit();
+  mf_cp_async_commit();
   lg_load_tile<C>(xs, x, t0, ntiles, M, bm, gtid);
-  lg_commit();
+  mf_cp_async_commit();
   if (nbuf == 2) {
     lg_load_tile<C>(xs + bm * C, x, t0 + tstride, ntiles, M, bm, gtid);
-    lg_commit();
-    lg_wait<2>();
+    mf_cp_async_commit();
+    mf_cp_async_wait<2>();
   } else {
-    lg_wait<1>();
+    mf_cp_async_wait<1>();
   }
   __syncthreads(); /* W landed (loaded by every thread of the CTA) */
   int it = 0;
   for (int64_t t = t0; t < ntiles; t += tstride, it++) {
     bf16 *xb = xs + (nbuf == 2 ? (it & 1) : 0) * bm * C;
-    if (nbuf == 2) lg_wait<1>(); else lg_wait<0>();
+    if (nbuf == 2) mf_cp_async_wait<1>(); else mf_cp_async_wait<0>();
     lg_bar_group(1 + half, 32 * G); /* tile t's rows landed; the group is done with xa */
     const int64_t m0 = t * bm;
     lg_ln_tile<C>(xa, xb, mean, rstd, m0, M, g, bb, mode, hw, lane);
     lg_bar_group(1 + half, 32 * G); /* xa ready, xb free */
     lg_load_tile<C>(xb, x, t + (int64_t)nbuf * tstride, ntiles, M, bm, gtid);
-    lg_commit();
+    mf_cp_async_commit();
 
     for (int o0 = 0; o0 < O; o0 += 2 * OW) {
       float acc[2][8][4];
@@ -329,7 +306,7 @@ ln_gemm_mma_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__re
       __syncwarp();
     }
   }
-  lg_wait<0>();
+  mf_cp_async_wait<0>();
 }
 
 static int lg_num_sms(void) {
@@ -484,8 +461,8 @@ transition_fused_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__
    * and each row's summation order still depends on its tile alone. */
   tf_load_w<C>(swab0, swo0, w_ab, w_o, (int)(blockIdx.x % (unsigned)nch), Hd);
   lg_load_tile<C>(xs, x, blockIdx.x, ntiles, M, LG_BM, threadIdx.x);
-  lg_commit();
-  lg_wait<0>();
+  mf_cp_async_commit();
+  mf_cp_async_wait<0>();
   __syncthreads();
   int q = 0; /* chunks done by this CTA: weight buffer q & 1 */
   for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
@@ -517,8 +494,8 @@ transition_fused_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__
             if (r < rows) lg_cp16(os + r * LDA + k8, out + (m0 + r) * C + k8);
           }
       }
-      lg_commit();
-      lg_wait<1>(); /* everything but the group just issued: weight chunk j is here */
+      mf_cp_async_commit();
+      mf_cp_async_wait<1>(); /* everything but the group just issued: weight chunk j is here */
       __syncthreads();
 
       /* [a | b] = x̂·[W_a; W_b]_jᵀ */
@@ -588,7 +565,7 @@ transition_fused_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__
     }
     __syncthreads(); /* next tile: xs (loaded at chunk 0, waited at chunk 1) visible, os free */
   }
-  lg_wait<0>();
+  mf_cp_async_wait<0>();
 }
 
 extern "C" int mf_transition_fused_supported(int C, int Hd, mf_ln_mode mode, const void *inp,

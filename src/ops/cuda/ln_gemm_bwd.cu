@@ -36,6 +36,7 @@
 #include "ln_gemm_bwd_cuda.h"
 
 #include "fusion_util.cuh"
+#include "mma_ptx.cuh"
 
 #define LGB_MAX_GRID 1024
 #define LGB_MIN_BM 64 /* the smallest tile of any configuration (parts bound) */
@@ -94,39 +95,10 @@ extern "C" int mf_ln_gemm_bwd_parts(int64_t rows) {
 }
 
 /* ---------------------------------------------------------------- PTX helpers */
-static __device__ __forceinline__ uint32_t lgb_smem(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
-static __device__ __forceinline__ void lgb_ldsm(uint32_t *r, uint32_t a) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-static __device__ __forceinline__ void lgb_ldsm_t(uint32_t *r, uint32_t a) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-/* d (16 × 8, fp32) += a (16 × 16, bf16, row) · b (16 × 8, bf16, col) */
-static __device__ __forceinline__ void lgb_mma(float *d, const uint32_t *a, uint32_t b0,
-                                               uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 /* 16 bytes global → shared, zero-filled past src_bytes (0 or 16) */
 static __device__ __forceinline__ void lgb_cp16(uint32_t dst, const void *src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes));
-}
-static __device__ __forceinline__ void lgb_commit(void) {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-static __device__ __forceinline__ void lgb_wait(void) {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 static __device__ __forceinline__ uint32_t lgb_pack(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -227,16 +199,16 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
     for (int i = tid; i < K::WROWS * VPR; i += LGB_THREADS) {
       const int r = i / VPR, v = i - r * VPR;
       const int grow = (KIND == MF_LGB_LINEAR || r < LGB_BN) ? j0 + r : O + j0 + r - LGB_BN;
-      lgb_cp16(lgb_smem(st + r * K::LDW + v * 8), p.w + (int64_t)grow * C + v * 8, 16);
+      lgb_cp16(mf_smem_u32(st + r * K::LDW + v * 8), p.w + (int64_t)grow * C + v * 8, 16);
     }
     if (KIND == MF_LGB_SWIGLU) {
       bf16 *so = st + K::WROWS * K::LDW;
       for (int i = tid; i < C * (LGB_BN / 8); i += LGB_THREADS) {
         const int c = i / (LGB_BN / 8), v = i % (LGB_BN / 8);
-        lgb_cp16(lgb_smem(so + c * K::LDO + v * 8), p.wo + (int64_t)c * O + j0 + v * 8, 16);
+        lgb_cp16(mf_smem_u32(so + c * K::LDO + v * 8), p.wo + (int64_t)c * O + j0 + v * 8, 16);
       }
     }
-    lgb_commit();
+    mf_cp_async_commit();
   };
 
   float gmv[V], btv[V];
@@ -264,9 +236,9 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
         const int r = i / dvr, v = i - r * dvr;
         const int64_t gr = r0 + r;
         const bool ok = gr < rows;
-        lgb_cp16(lgb_smem(sd + r * LDD + v * 8), p.dout + (ok ? gr : 0) * DW + v * 8, ok ? 16 : 0);
+        lgb_cp16(mf_smem_u32(sd + r * LDD + v * 8), p.dout + (ok ? gr : 0) * DW + v * 8, ok ? 16 : 0);
       }
-      lgb_commit();
+      mf_cp_async_commit();
     }
     /* y = LN(inp) from the saved statistics → sy (and global y): the warp's 16 rows in two
      * batches of 8, all loads of a batch issued before any store */
@@ -318,7 +290,7 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
     const float mub = okb ? p.mean[rb] : 0.0f, rsb = okb ? p.rstd[rb] : 0.0f;
     const float ma = (oka && (KIND != MF_LGB_GATED || !p.mask || p.mask[ra])) ? 1.0f : 0.0f;
     const float mb = (okb && (KIND != MF_LGB_GATED || !p.mask || p.mask[rb])) ? 1.0f : 0.0f;
-    lgb_wait<0>();
+    mf_cp_async_wait<0>();
     __syncthreads();
     if (KIND == MF_LGB_SWIGLU && p.dcopy) { /* for the caller's dW_o when dinp overwrites dout */
       const int dvr = DW / 8;
@@ -338,8 +310,8 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
       if (more)
         issue_w(sw0 + (stage ^ 1) * K::STAGE, j + 1 < nch ? j + 1 : 0);
       else
-        lgb_commit();
-      lgb_wait<1>();
+        mf_cp_async_commit();
+      mf_cp_async_wait<1>();
       __syncthreads();
       const bf16 *sw = sw0 + stage * K::STAGE;
       const int j0 = j * LGB_BN;
@@ -350,13 +322,13 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
 #pragma unroll
           for (int kk = 0; kk < KJ; kk++) {
             uint32_t a[4];
-            lgb_ldsm(a, lgb_smem(sd + (wr + lr) * LDD + j0 + kk * 16 + lh));
+            mf_ldsm_x4(a, mf_smem_u32(sd + (wr + lr) * LDD + j0 + kk * 16 + lh));
 #pragma unroll
             for (int np = 0; np < NT / 2; np++) {
               uint32_t b[4];
-              lgb_ldsm_t(b, lgb_smem(sw + (kk * 16 + (lane & 7) + bk) * K::LDW + np * 16 + lh));
-              lgb_mma(dx[2 * np], a, b[0], b[1]);
-              lgb_mma(dx[2 * np + 1], a, b[2], b[3]);
+              mf_ldsm_x4_t(b, mf_smem_u32(sw + (kk * 16 + (lane & 7) + bk) * K::LDW + np * 16 + lh));
+              mf_mma_bf16(dx[2 * np], a, b[0], b[1]);
+              mf_mma_bf16(dx[2 * np + 1], a, b[2], b[3]);
             }
           }
         }
@@ -370,16 +342,16 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
 #pragma unroll
         for (int kk = 0; kk < C / 16; kk++) {
           uint32_t a[4];
-          lgb_ldsm(a, lgb_smem(sy + (wr + lr) * K::LDY + kk * 16 + lh));
+          mf_ldsm_x4(a, mf_smem_u32(sy + (wr + lr) * K::LDY + kk * 16 + lh));
 #pragma unroll
           for (int np = 0; np < NJ / 2; np++) {
             uint32_t b[4];
-            lgb_ldsm(b, lgb_smem(sw + (np * 16 + bn) * K::LDW + kk * 16 + bk));
-            lgb_mma(pa[2 * np], a, b[0], b[1]);
-            lgb_mma(pa[2 * np + 1], a, b[2], b[3]);
-            lgb_ldsm(b, lgb_smem(sw + (LGB_BN + np * 16 + bn) * K::LDW + kk * 16 + bk));
-            lgb_mma(pb[2 * np], a, b[0], b[1]);
-            lgb_mma(pb[2 * np + 1], a, b[2], b[3]);
+            mf_ldsm_x4(b, mf_smem_u32(sw + (np * 16 + bn) * K::LDW + kk * 16 + bk));
+            mf_mma_bf16(pa[2 * np], a, b[0], b[1]);
+            mf_mma_bf16(pa[2 * np + 1], a, b[2], b[3]);
+            mf_ldsm_x4(b, mf_smem_u32(sw + (LGB_BN + np * 16 + bn) * K::LDW + kk * 16 + bk));
+            mf_mma_bf16(pb[2 * np], a, b[0], b[1]);
+            mf_mma_bf16(pb[2 * np + 1], a, b[2], b[3]);
           }
         }
         if constexpr (KIND == MF_LGB_SWIGLU) {
@@ -388,13 +360,13 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
 #pragma unroll
           for (int kk = 0; kk < C / 16; kk++) {
             uint32_t a[4];
-            lgb_ldsm(a, lgb_smem(sd + (wr + lr) * LDD + kk * 16 + lh));
+            mf_ldsm_x4(a, mf_smem_u32(sd + (wr + lr) * LDD + kk * 16 + lh));
 #pragma unroll
             for (int np = 0; np < NJ / 2; np++) {
               uint32_t b[4];
-              lgb_ldsm_t(b, lgb_smem(so + (kk * 16 + (lane & 7) + bk) * K::LDO + np * 16 + lh));
-              lgb_mma(dd[2 * np], a, b[0], b[1]);
-              lgb_mma(dd[2 * np + 1], a, b[2], b[3]);
+              mf_ldsm_x4_t(b, mf_smem_u32(so + (kk * 16 + (lane & 7) + bk) * K::LDO + np * 16 + lh));
+              mf_mma_bf16(dd[2 * np], a, b[0], b[1]);
+              mf_mma_bf16(dd[2 * np + 1], a, b[2], b[3]);
             }
           }
         } else {
@@ -484,9 +456,9 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
 #pragma unroll
             for (int np = 0; np < NT / 2; np++) {
               uint32_t b[4];
-              lgb_ldsm_t(b, lgb_smem(sw + (kk * 16 + (lane & 7) + bk) * K::LDW + np * 16 + lh));
-              lgb_mma(dx[2 * np], a, b[0], b[1]);
-              lgb_mma(dx[2 * np + 1], a, b[2], b[3]);
+              mf_ldsm_x4_t(b, mf_smem_u32(sw + (kk * 16 + (lane & 7) + bk) * K::LDW + np * 16 + lh));
+              mf_mma_bf16(dx[2 * np], a, b[0], b[1]);
+              mf_mma_bf16(dx[2 * np + 1], a, b[2], b[3]);
             }
           }
         }
@@ -588,7 +560,7 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
       }
     }
   }
-  lgb_wait<0>();
+  mf_cp_async_wait<0>();
   if (p.part)
 #pragma unroll
     for (int k = 0; k < PK; k++) {
