@@ -1,6 +1,6 @@
 /* fusion_util.cuh — small device and host helpers private to the EvoFusion .cu files
  * (ln_linear, transition, trimul, dropout, attn_pair_bias, triatt): the workspace carver,
- * sigmoid, vector loads/stores, the warp-per-row channel layout and row load, and the
+ * sigmoid, vector loads/stores, the SM count, the warp-per-row channel layout and row load, and the
  * pointer-type shorthands. Not a public header; C code never includes it. */
 #ifndef MF_OPS_CUDA_FUSION_UTIL_CUH
 #define MF_OPS_CUDA_FUSION_UTIL_CUH
@@ -27,6 +27,10 @@ static inline void *mf_carve(mf_carver *c, size_t bytes) {
 }
 
 static __device__ __forceinline__ float mf_sigmoidf(float x) { return 1.0f / (1.0f + __expf(-x)); }
+/* Sigmoid with the fast reciprocal (no IEEE-division slow path in hot loops). */
+static __device__ __forceinline__ float mf_sigmoidf_fast(float x) {
+  return __fdividef(1.0f, 1.0f + __expf(-x));
+}
 
 /* VEC consecutive values as fp32: VEC = 8 moves 16 bytes of bf16 (32 of fp32) per access
  * and needs 16-byte alignment; VEC = 1 is the scalar fallback for widths not divisible by 8. */
@@ -97,6 +101,18 @@ static __device__ __forceinline__ void mf_row_load_bf16(float *v, const bf16 *__
       v[i] = c < C ? mf_bf16_to_f32(row[c]) : 0.0f;
     }
   }
+}
+
+/* The current device's SM count (read once per translation unit; at least 1). */
+static inline int mf_sm_count(void) {
+  static int n = 0;
+  if (!n) {
+    int dev = 0;
+    MF_CHECK_CUDA(cudaGetDevice(&dev));
+    MF_CHECK_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    if (n < 1) n = 1;
+  }
+  return n;
 }
 
 /* Grid for a grid-stride elementwise kernel over n items (at most 16 blocks per SM). */

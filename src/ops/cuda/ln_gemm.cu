@@ -33,9 +33,16 @@ static __device__ __forceinline__ void lg_bar_group(int id, int threads) { /* a 
 static __device__ __forceinline__ int lg_warp_id(void) {
   return __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 5), 0);
 }
-/* Sigmoid with the fast reciprocal (no IEEE-division slow path in the hot loops). */
-static __device__ __forceinline__ float lg_sigmoid(float x) {
-  return __fdividef(1.0f, 1.0f + __expf(-x));
+
+/* a = 0: a warp's MT × NT m16n8 fp32 accumulator tiles */
+template <int MT, int NT>
+static __device__ __forceinline__ void lg_zero(float (&a)[MT][NT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) a[mt][nt][e] = 0.0f;
 }
 
 /* acc (2 m16 × 2·NB n8 tiles: the warp's 32 rows × 16·NB columns) += A·Bᵀ over K:
@@ -252,12 +259,7 @@ ln_gemm_mma_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__re
 
     for (int o0 = 0; o0 < O; o0 += 2 * OW) {
       float acc[2][8][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.0f;
+      lg_zero(acc);
       int brow[4]; /* weight rows of the warp's 4 column blocks (blocks past O: row 0, unused) */
 #pragma unroll
       for (int nb = 0; nb < 4; nb++) {
@@ -285,11 +287,11 @@ ln_gemm_mma_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__re
                 v1 += mf_bf16_to_f32(bias[oc + 1]);
               }
             } else if (EPI == 1) {
-              v0 = keep ? lg_sigmoid(acc[mt][nt + 4][2 * h]) * v0 : 0.0f;
-              v1 = keep ? lg_sigmoid(acc[mt][nt + 4][2 * h + 1]) * v1 : 0.0f;
+              v0 = keep ? mf_sigmoidf_fast(acc[mt][nt + 4][2 * h]) * v0 : 0.0f;
+              v1 = keep ? mf_sigmoidf_fast(acc[mt][nt + 4][2 * h + 1]) * v1 : 0.0f;
             } else {
-              v0 = v0 * lg_sigmoid(v0) * acc[mt][nt + 4][2 * h];
-              v1 = v1 * lg_sigmoid(v1) * acc[mt][nt + 4][2 * h + 1];
+              v0 = v0 * mf_sigmoidf_fast(v0) * acc[mt][nt + 4][2 * h];
+              v1 = v1 * mf_sigmoidf_fast(v1) * acc[mt][nt + 4][2 * h + 1];
             }
             *(__nv_bfloat162 *)(ow + rl * LDO + col) = __floats2bfloat162_rn(v0, v1);
           }
@@ -307,17 +309,6 @@ ln_gemm_mma_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__re
     }
   }
   mf_cp_async_wait<0>();
-}
-
-static int lg_num_sms(void) {
-  static int n = 0;
-  if (!n) {
-    int dev = 0;
-    MF_CHECK_CUDA(cudaGetDevice(&dev));
-    MF_CHECK_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    if (n < 1) n = 1;
-  }
-  return n;
 }
 
 /* Warp groups per ln_gemm CTA (1 or 2; see the kernel): 2, or MF_LN_GEMM_HALVES from the
@@ -361,7 +352,7 @@ static void lg_launch(bf16 *out, float *mean, float *rstd, const bf16 *x, const 
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const int halves = lg_halves();
   const int64_t ntiles = (M + LG_BM - 1) / LG_BM;
-  const int grid = (int)(ntiles < lg_num_sms() ? ntiles : lg_num_sms());
+  const int grid = (int)(ntiles < mf_sm_count() ? ntiles : mf_sm_count());
   ln_gemm_mma_kernel<C, EPI><<<grid, LG_THREADS, smem, s>>>(out, mean, rstd, x, gamma, beta, w,
                                                             bias, mask, M, O, mode, nbuf, halves);
   MF_CHECK_LAUNCH();
@@ -471,12 +462,7 @@ transition_fused_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__
     lg_ln_tile<C>(xa, xs, mean, rstd, m0, M, g, bb, mode, warp, lane);
     __syncthreads(); /* xa ready; xs, os, hs and the other weight buffer free */
     float acc[2][C / 16][4]; /* out block: 32 rows × C/2 columns */
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-      for (int nt = 0; nt < C / 16; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.0f;
+    lg_zero(acc);
 
     const int s0 = (int)(t % nch);
     for (int j = 0; j < nch; j++, q++) {
@@ -500,12 +486,7 @@ transition_fused_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__
 
       /* [a | b] = x̂·[W_a; W_b]_jᵀ */
       float ab[2][8][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) ab[mt][nt][e] = 0.0f;
+      lg_zero(ab);
       {
         const int brow[4] = {wn * 32, wn * 32 + 16, TF_HC + wn * 32, TF_HC + wn * 32 + 16};
         lg_warp_gemm<C, 4>(ab, xa, LDA, wm * 32, swab0 + buf * L::wab, LDA, brow, lane);
@@ -519,8 +500,8 @@ transition_fused_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__
 #pragma unroll
           for (int nt = 0; nt < 4; nt++) {
             const float a0 = ab[mt][nt][2 * h], a1 = ab[mt][nt][2 * h + 1];
-            const float h0 = a0 * lg_sigmoid(a0) * ab[mt][nt + 4][2 * h];
-            const float h1 = a1 * lg_sigmoid(a1) * ab[mt][nt + 4][2 * h + 1];
+            const float h0 = a0 * mf_sigmoidf_fast(a0) * ab[mt][nt + 4][2 * h];
+            const float h1 = a1 * mf_sigmoidf_fast(a1) * ab[mt][nt + 4][2 * h + 1];
             *(__nv_bfloat162 *)(hs + rl * LDH + wn * 32 + nt * 8 + 2 * (lane & 3)) =
                 __floats2bfloat162_rn(h0, h1);
           }
@@ -585,7 +566,7 @@ static void tf_launch(bf16 *out, float *mean, float *rstd, const bf16 *x, const 
   MF_CHECK_CUDA(cudaFuncSetAttribute(transition_fused_kernel<C>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const int64_t ntiles = (M + LG_BM - 1) / LG_BM;
-  const int grid = (int)(ntiles < lg_num_sms() ? ntiles : lg_num_sms());
+  const int grid = (int)(ntiles < mf_sm_count() ? ntiles : mf_sm_count());
   transition_fused_kernel<C><<<grid, LG_THREADS, smem, s>>>(out, mean, rstd, x, gamma, beta, w_ab,
                                                             w_o, M, Hd, mode, accumulate);
   MF_CHECK_LAUNCH();

@@ -75,20 +75,9 @@ extern "C" int mf_ln_gemm_bwd_supported(int kind, int C, int O, mf_ln_mode mode,
          lgb_shape_ok(kind, C, O, mode, p0, p1, p2, p3);
 }
 
-static int lgb_sms(void) {
-  static int sms = 0;
-  if (!sms) {
-    int dev = 0;
-    MF_CHECK_CUDA(cudaGetDevice(&dev));
-    MF_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    if (sms < 1) sms = 1;
-  }
-  return sms;
-}
-
 extern "C" int mf_ln_gemm_bwd_parts(int64_t rows) {
   int64_t t = (rows + LGB_MIN_BM - 1) / LGB_MIN_BM;
-  int64_t g = (int64_t)lgb_sms() * 4;
+  int64_t g = (int64_t)mf_sm_count() * 4;
   if (g > LGB_MAX_GRID) g = LGB_MAX_GRID;
   if (t < g) g = t;
   return (int)(g < 1 ? 1 : g);
@@ -106,7 +95,7 @@ static __device__ __forceinline__ uint32_t lgb_pack(float lo, float hi) {
 }
 template <bool FAST>
 static __device__ __forceinline__ float lgb_sigmoid(float x) {
-  if constexpr (FAST) return __fdividef(1.0f, 1.0f + __expf(-x));
+  if constexpr (FAST) return mf_sigmoidf_fast(x);
   else return mf_sigmoidf(x);
 }
 static __device__ __forceinline__ float2 lgb_unpack(uint32_t u) {
@@ -590,7 +579,7 @@ static int lgb_launch(const lgb_params &p, cudaStream_t s) {
     occ_smem = smem;
   }
   const int64_t tiles = (p.rows + K::LGB_BM - 1) / K::LGB_BM;
-  int64_t grid = (int64_t)lgb_sms() * occ;
+  int64_t grid = (int64_t)mf_sm_count() * occ;
   if (grid > LGB_MAX_GRID) grid = LGB_MAX_GRID;
   if (grid > tiles) grid = tiles;
   lgb_kernel<C, KIND, WARPS, BN, FAST, MINB><<<(unsigned)grid, K::LGB_THREADS, smem, s>>>(p);
