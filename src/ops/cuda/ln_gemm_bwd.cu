@@ -102,6 +102,13 @@ static __device__ __forceinline__ float2 lgb_unpack(uint32_t u) {
   __nv_bfloat162 v = *(__nv_bfloat162 *)&u;
   return make_float2(__low2float(v), __high2float(v));
 }
+/* d[0], d[1] (two 16 × 8 fp32 tiles) += a (16 × 16 bf16) · the two n8 halves of the x4
+ * B fragment b */
+static __device__ __forceinline__ void lgb_mma_x2(float (*d)[4], const uint32_t *a,
+                                                  const uint32_t *b) {
+  mf_mma_bf16(d[0], a, b[0], b[1]);
+  mf_mma_bf16(d[1], a, b[2], b[3]);
+}
 
 /* ---------------------------------------------------------------- the kernel */
 typedef struct {
@@ -316,8 +323,7 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
             for (int np = 0; np < NT / 2; np++) {
               uint32_t b[4];
               mf_ldsm_x4_t(b, mf_smem_u32(sw + (kk * 16 + (lane & 7) + bk) * K::LDW + np * 16 + lh));
-              mf_mma_bf16(dx[2 * np], a, b[0], b[1]);
-              mf_mma_bf16(dx[2 * np + 1], a, b[2], b[3]);
+              lgb_mma_x2(dx + 2 * np, a, b);
             }
           }
         }
@@ -336,11 +342,9 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
           for (int np = 0; np < NJ / 2; np++) {
             uint32_t b[4];
             mf_ldsm_x4(b, mf_smem_u32(sw + (np * 16 + bn) * K::LDW + kk * 16 + bk));
-            mf_mma_bf16(pa[2 * np], a, b[0], b[1]);
-            mf_mma_bf16(pa[2 * np + 1], a, b[2], b[3]);
+            lgb_mma_x2(pa + 2 * np, a, b);
             mf_ldsm_x4(b, mf_smem_u32(sw + (LGB_BN + np * 16 + bn) * K::LDW + kk * 16 + bk));
-            mf_mma_bf16(pb[2 * np], a, b[0], b[1]);
-            mf_mma_bf16(pb[2 * np + 1], a, b[2], b[3]);
+            lgb_mma_x2(pb + 2 * np, a, b);
           }
         }
         if constexpr (KIND == MF_LGB_SWIGLU) {
@@ -354,8 +358,7 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
             for (int np = 0; np < NJ / 2; np++) {
               uint32_t b[4];
               mf_ldsm_x4_t(b, mf_smem_u32(so + (kk * 16 + (lane & 7) + bk) * K::LDO + np * 16 + lh));
-              mf_mma_bf16(dd[2 * np], a, b[0], b[1]);
-              mf_mma_bf16(dd[2 * np + 1], a, b[2], b[3]);
+              lgb_mma_x2(dd + 2 * np, a, b);
             }
           }
         } else {
@@ -446,8 +449,7 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
             for (int np = 0; np < NT / 2; np++) {
               uint32_t b[4];
               mf_ldsm_x4_t(b, mf_smem_u32(sw + (kk * 16 + (lane & 7) + bk) * K::LDW + np * 16 + lh));
-              mf_mma_bf16(dx[2 * np], a, b[0], b[1]);
-              mf_mma_bf16(dx[2 * np + 1], a, b[2], b[3]);
+              lgb_mma_x2(dx + 2 * np, a, b);
             }
           }
         }
