@@ -109,6 +109,20 @@ static __device__ __forceinline__ void lgb_mma_x2(float (*d)[4], const uint32_t 
   mf_mma_bf16(d[0], a, b[0], b[1]);
   mf_mma_bf16(d[1], a, b[2], b[3]);
 }
+/* d[0 .. 2·NP) (16 × 16·NP fp32, n8 tiles) += a (16 × 16 bf16) · B, B = the 16 rows k0..
+ * of the bf16 shared tile sb (., ld), columns 0 .. 16·NP, by transposed ldmatrix (bk, lh:
+ * the lane's row / column address parts) */
+template <int NP>
+static __device__ __forceinline__ void lgb_mma_bt(float (*d)[4], const uint32_t *a,
+                                                  const bf16 *sb, int ld, int k0, int lane,
+                                                  int bk, int lh) {
+#pragma unroll
+  for (int np = 0; np < NP; np++) {
+    uint32_t b[4];
+    mf_ldsm_x4_t(b, mf_smem_u32(sb + (k0 + (lane & 7) + bk) * ld + np * 16 + lh));
+    lgb_mma_x2(d + 2 * np, a, b);
+  }
+}
 
 /* ---------------------------------------------------------------- the kernel */
 typedef struct {
@@ -319,12 +333,7 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
           for (int kk = 0; kk < KJ; kk++) {
             uint32_t a[4];
             mf_ldsm_x4(a, mf_smem_u32(sd + (wr + lr) * LDD + j0 + kk * 16 + lh));
-#pragma unroll
-            for (int np = 0; np < NT / 2; np++) {
-              uint32_t b[4];
-              mf_ldsm_x4_t(b, mf_smem_u32(sw + (kk * 16 + (lane & 7) + bk) * K::LDW + np * 16 + lh));
-              lgb_mma_x2(dx + 2 * np, a, b);
-            }
+            lgb_mma_bt<NT / 2>(dx, a, sw, K::LDW, kk * 16, lane, bk, lh);
           }
         }
       } else {
@@ -354,12 +363,7 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
           for (int kk = 0; kk < C / 16; kk++) {
             uint32_t a[4];
             mf_ldsm_x4(a, mf_smem_u32(sd + (wr + lr) * LDD + kk * 16 + lh));
-#pragma unroll
-            for (int np = 0; np < NJ / 2; np++) {
-              uint32_t b[4];
-              mf_ldsm_x4_t(b, mf_smem_u32(so + (kk * 16 + (lane & 7) + bk) * K::LDO + np * 16 + lh));
-              lgb_mma_x2(dd + 2 * np, a, b);
-            }
+            lgb_mma_bt<NJ / 2>(dd, a, so, K::LDO, kk * 16, lane, bk, lh);
           }
         } else {
           /* d(out) of the chunk from the dout tile, masked */
@@ -445,12 +449,7 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
             } else {
               a[0] = ub[q][0]; a[1] = ub[q][1]; a[2] = ub[q + 1][0]; a[3] = ub[q + 1][1];
             }
-#pragma unroll
-            for (int np = 0; np < NT / 2; np++) {
-              uint32_t b[4];
-              mf_ldsm_x4_t(b, mf_smem_u32(sw + (kk * 16 + (lane & 7) + bk) * K::LDW + np * 16 + lh));
-              lgb_mma_x2(dx + 2 * np, a, b);
-            }
+            lgb_mma_bt<NT / 2>(dx, a, sw, K::LDW, kk * 16, lane, bk, lh);
           }
         }
       }
