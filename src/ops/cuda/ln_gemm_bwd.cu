@@ -109,6 +109,18 @@ static __device__ __forceinline__ void lgb_mma_x2(float (*d)[4], const uint32_t 
   mf_mma_bf16(d[0], a, b[0], b[1]);
   mf_mma_bf16(d[1], a, b[2], b[3]);
 }
+/* a, b, c, d each summed over the lanes whose index differs in the bits FROM .. TO/2
+ * (xor butterfly, offsets FROM, 2·FROM, .. < TO) */
+template <int FROM, int TO>
+static __device__ __forceinline__ void lgb_xor_sum4(float &a, float &b, float &c, float &d) {
+#pragma unroll
+  for (int off = FROM; off < TO; off <<= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, off);
+    b += __shfl_xor_sync(0xffffffffu, b, off);
+    c += __shfl_xor_sync(0xffffffffu, c, off);
+    d += __shfl_xor_sync(0xffffffffu, d, off);
+  }
+}
 /* d[0 .. 2·NP) (16 × 16·NP fp32, n8 tiles) += a (16 × 16 bf16) · B, B = the 16 rows k0..
  * of the bf16 shared tile sb (., ld), columns 0 .. 16·NP, by transposed ldmatrix (bk, lh:
  * the lane's row / column address parts) */
@@ -484,13 +496,7 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
         /* column partials over the warp's 16 rows: rows g, g + 8, then the 8 row groups */
         float q0 = dx[n][0] * xa0 + dx[n][2] * xb0, q1 = dx[n][1] * xa1 + dx[n][3] * xb1;
         float b0 = dx[n][0] + dx[n][2], b1 = dx[n][1] + dx[n][3];
-#pragma unroll
-        for (int off = 4; off < 32; off <<= 1) {
-          q0 += __shfl_xor_sync(0xffffffffu, q0, off);
-          q1 += __shfl_xor_sync(0xffffffffu, q1, off);
-          b0 += __shfl_xor_sync(0xffffffffu, b0, off);
-          b1 += __shfl_xor_sync(0xffffffffu, b1, off);
-        }
+        lgb_xor_sum4<4, 32>(q0, q1, b0, b1);
         if (g == 0) {
           red[warp * 2 * C + c] = q0;
           red[warp * 2 * C + c + 1] = q1;
@@ -498,13 +504,7 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
           red[warp * 2 * C + C + c + 1] = b1;
         }
       }
-#pragma unroll
-      for (int off = 1; off < 4; off <<= 1) {
-        sga += __shfl_xor_sync(0xffffffffu, sga, off);
-        sgxa += __shfl_xor_sync(0xffffffffu, sgxa, off);
-        sgb += __shfl_xor_sync(0xffffffffu, sgb, off);
-        sgxb += __shfl_xor_sync(0xffffffffu, sgxb, off);
-      }
+      lgb_xor_sum4<1, 4>(sga, sgxa, sgb, sgxb);
       sga /= (float)C;
       sgxa /= (float)C;
       sgb /= (float)C;
