@@ -109,6 +109,17 @@ static __device__ __forceinline__ void lgb_mma_x2(float (*d)[4], const uint32_t 
   mf_mma_bf16(d[0], a, b[0], b[1]);
   mf_mma_bf16(d[1], a, b[2], b[3]);
 }
+/* The LayerNorm backward of one row at a lane's channel pair: from x (the raw pair), the
+ * row's mu, rs, the pair's dy (d0, d1) and γ (g0, g1), the row's Σ dy⊙γ / C (sg) and
+ * Σ dy⊙γ⊙x̂ / C (sgx), plus o (the old dinp pair, or 0): the bf16 pair to store. */
+static __device__ __forceinline__ uint32_t lgb_ln_dx(float2 x, float mu, float rs, float d0,
+                                                     float d1, float g0, float g1, float sg,
+                                                     float sgx, float2 o) {
+  const float x0 = (x.x - mu) * rs, x1 = (x.y - mu) * rs;
+  const float v0 = rs * (d0 * g0 - sg - x0 * sgx) + o.x;
+  const float v1 = rs * (d1 * g1 - sg - x1 * sgx) + o.y;
+  return lgb_pack(v0, v1);
+}
 /* a, b, c, d each summed over the lanes whose index differs in the bits FROM .. TO/2
  * (xor butterfly, offsets FROM, 2·FROM, .. < TO) */
 template <int FROM, int TO>
@@ -523,18 +534,12 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
           const float g0 = sgam[c], g1 = sgam[c + 1];
           const float2 xa = lgb_unpack(xpa[n]), xb = lgb_unpack(xpb[n]);
           const float2 oa = lgb_unpack(opa[n]), ob = lgb_unpack(opb[n]);
-          if (oka) {
-            const float x0 = (xa.x - mua) * rsa, x1 = (xa.y - mua) * rsa;
-            const float v0 = rsa * (dx[n][0] * g0 - sga - x0 * sgxa) + oa.x;
-            const float v1 = rsa * (dx[n][1] * g1 - sga - x1 * sgxa) + oa.y;
-            *(uint32_t *)(p.dinp + ra * C + c) = lgb_pack(v0, v1);
-          }
-          if (okb) {
-            const float x0 = (xb.x - mub) * rsb, x1 = (xb.y - mub) * rsb;
-            const float v0 = rsb * (dx[n][2] * g0 - sgb - x0 * sgxb) + ob.x;
-            const float v1 = rsb * (dx[n][3] * g1 - sgb - x1 * sgxb) + ob.y;
-            *(uint32_t *)(p.dinp + rb * C + c) = lgb_pack(v0, v1);
-          }
+          if (oka)
+            *(uint32_t *)(p.dinp + ra * C + c) =
+                lgb_ln_dx(xa, mua, rsa, dx[n][0], dx[n][1], g0, g1, sga, sgxa, oa);
+          if (okb)
+            *(uint32_t *)(p.dinp + rb * C + c) =
+                lgb_ln_dx(xb, mub, rsb, dx[n][2], dx[n][3], g0, g1, sgb, sgxb, ob);
         }
       }
       __syncthreads();
