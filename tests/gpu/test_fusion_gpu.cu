@@ -74,6 +74,27 @@ static void check_f32(const char *what, const float *d, const double *ref, int64
   mf_test_close(what, got, ref, n, tol);
 }
 
+/* A forward's bf16 output (n values) and its LayerNorm statistics (M rows) against the
+ * CPU reference, reported as "<what>: out" / ": mean" / ": rstd". */
+static void check_out_stats(const char *what, const mf_bf16_t *out_d, const double *out,
+                            int64_t n, const float *mean_d, const double *mean,
+                            const float *rstd_d, const double *rstd, int64_t M) {
+  char w2[200];
+  snprintf(w2, sizeof w2, "%s: %s", what, "out");
+  check_bf16(w2, out_d, out, n, TOL);
+  snprintf(w2, sizeof w2, "%s: %s", what, "mean");
+  check_f32(w2, mean_d, mean, M, 1e-3);
+  snprintf(w2, sizeof w2, "%s: %s", what, "rstd");
+  check_f32(w2, rstd_d, rstd, M, 1e-3);
+}
+
+/* The end of a case run twice: the two runs' raw results bit-identical, then freed. */
+static void end_runs(raw_set *runs, const char *what) {
+  MF_TEST(raw_same(&runs[0], &runs[1]), "%s: two runs bit-identical", what);
+  raw_free(&runs[0]);
+  raw_free(&runs[1]);
+}
+
 static const char *mode_name(mf_ln_mode m) {
   return m == MF_LN_FULL ? "full" : m == MF_LN_SCALE ? "scale" : m == MF_LN_NONE ? "none" : "identity";
 }
@@ -149,18 +170,14 @@ static void test_ln_linear(int64_t M, int C, int O, mf_ln_mode mode, int has_bia
              C, O, mode_name(mode), has_bias ? " bias" : "", (long long)chunk, variant);
     char w2[200];
 #define WHAT(s) (snprintf(w2, sizeof w2, "%s: %s", what, s), w2)
-    check_bf16(WHAT("out"), out_d, out, M * O, TOL);
-    check_f32(WHAT("mean"), mean_d, mean, M, 1e-3);
-    check_f32(WHAT("rstd"), rstd_d, rstd, M, 1e-3);
+    check_out_stats(what, out_d, out, M * O, mean_d, mean, rstd_d, rstd, M);
     check_bf16(WHAT("dinp"), dx_d, dx, M * C, TOL);
     check_grad_inc(WHAT("dweight"), dW_d, W0, dW, (int64_t)O * C, TOL);
     if (mode != MF_LN_NONE) check_grad_inc(WHAT("dgamma"), dg_d, g0, dg, C, TOL);
     if (mode == MF_LN_FULL) check_grad_inc(WHAT("dbeta"), db_d, b0, db, C, TOL);
     if (has_bias) check_grad_inc(WHAT("dbias"), dbias_d, bias0, dbias, O, TOL);
   }
-  MF_TEST(raw_same(&runs[0], &runs[1]), "%s: two runs bit-identical", what);
-  raw_free(&runs[0]);
-  raw_free(&runs[1]);
+  end_runs(runs, what);
   dev_free_all();
   mf_test_free_all();
   mf_fusion_set_chunk_rows(0);
@@ -262,9 +279,7 @@ static void test_gated(int64_t M, int C, int O, mf_ln_mode mode, int use_mask, i
     if (!ident && mode != MF_LN_NONE) check_grad_inc(WHAT("dgamma"), dg_d, g0, dg, C, TOL);
     if (mode == MF_LN_FULL) check_grad_inc(WHAT("dbeta"), db_d, b0, db, C, TOL);
   }
-  MF_TEST(raw_same(&runs[0], &runs[1]), "%s: two runs bit-identical", what);
-  raw_free(&runs[0]);
-  raw_free(&runs[1]);
+  end_runs(runs, what);
   free(mask);
   dev_free_all();
   mf_test_free_all();
@@ -362,9 +377,7 @@ static void test_transition(int64_t M, int C, int Hd, mf_ln_mode mode, int accum
     if (!ident && mode != MF_LN_NONE) check_grad_inc(WHAT("dgamma"), dg_d, g0, dg, C, TOL);
     if (mode == MF_LN_FULL) check_grad_inc(WHAT("dbeta"), db_d, b0, db, C, TOL);
   }
-  MF_TEST(raw_same(&runs[0], &runs[1]), "%s: two runs bit-identical", what);
-  raw_free(&runs[0]);
-  raw_free(&runs[1]);
+  end_runs(runs, what);
   dev_free_all();
   mf_test_free_all();
   mf_fusion_set_chunk_rows(0);
@@ -376,7 +389,7 @@ static void test_transition(int64_t M, int C, int Hd, mf_ln_mode mode, int accum
  * could call it), forward only: out and mean/rstd against the CPU, two runs bit-identical. */
 static void test_transition_inplace(int64_t M, int C, int Hd, mf_ln_mode mode, uint64_t seed,
                                     int variant) {
-  char what[160], w2[200];
+  char what[160];
   mf_ln_linear_cuda_set_variant(variant);
   double *x = mf_test_alloc(M * C), *g = mf_test_alloc(C), *b = mf_test_alloc(C);
   double *Wab = mf_test_alloc(2 * (int64_t)Hd * C), *Wo = mf_test_alloc((int64_t)C * Hd);
@@ -410,13 +423,9 @@ static void test_transition_inplace(int64_t M, int C, int Hd, mf_ln_mode mode, u
     raw_add(&runs[run], mean_d, M * 4);
     raw_add(&runs[run], rstd_d, M * 4);
     if (run == 1) continue;
-    check_bf16(WHAT("out"), z_d, out, M * C, TOL);
-    check_f32(WHAT("mean"), mean_d, mean, M, 1e-3);
-    check_f32(WHAT("rstd"), rstd_d, rstd, M, 1e-3);
+    check_out_stats(what, z_d, out, M * C, mean_d, mean, rstd_d, rstd, M);
   }
-  MF_TEST(raw_same(&runs[0], &runs[1]), "%s: two runs bit-identical", what);
-  raw_free(&runs[0]);
-  raw_free(&runs[1]);
+  end_runs(runs, what);
   dev_free_all();
   mf_test_free_all();
 }
@@ -424,7 +433,7 @@ static void test_transition_inplace(int64_t M, int C, int Hd, mf_ln_mode mode, u
 /* ln_gemm's SwiGLU epilogue (2), which no op dispatches to today: out = silu(a) ⊙ b,
  * [a | b] = LN(x)·[W_a; W_b]ᵀ, against the CPU LayerNorm + Linear. */
 static void test_ln_gemm_swiglu(int64_t M, int C, int O, mf_ln_mode mode, uint64_t seed) {
-  char what[160], w2[200];
+  char what[160];
   double *x = mf_test_alloc(M * C), *g = mf_test_alloc(C), *b = mf_test_alloc(C);
   double *W = mf_test_alloc(2 * (int64_t)O * C);
   rand_bf16(x, M * C, seed + 1, 1.5, 0.3);
@@ -452,13 +461,9 @@ static void test_ln_gemm_swiglu(int64_t M, int C, int O, mf_ln_mode mode, uint64
     raw_add(&runs[run], out_d, M * O * 2);
     raw_add(&runs[run], mean_d, M * 4);
     if (run == 1) continue;
-    check_bf16(WHAT("out"), out_d, out, M * O, TOL);
-    check_f32(WHAT("mean"), mean_d, mean, M, 1e-3);
-    check_f32(WHAT("rstd"), rstd_d, rstd, M, 1e-3);
+    check_out_stats(what, out_d, out, M * O, mean_d, mean, rstd_d, rstd, M);
   }
-  MF_TEST(raw_same(&runs[0], &runs[1]), "%s: two runs bit-identical", what);
-  raw_free(&runs[0]);
-  raw_free(&runs[1]);
+  end_runs(runs, what);
   dev_free_all();
   mf_test_free_all();
 }
@@ -580,9 +585,7 @@ static void test_dropout(int64_t A, int64_t B, int C, mf_dropout_axis axis, doub
     check_bf16(WHAT("z += x*mask"), z_d, z, n, TOL);
     check_bf16(WHAT("dx"), dx_d, dx, n, TOL);
   }
-  MF_TEST(raw_same(&runs[0], &runs[1]), "%s: two runs bit-identical", what);
-  raw_free(&runs[0]);
-  raw_free(&runs[1]);
+  end_runs(runs, what);
   dev_free_all();
   mf_test_free_all();
 }
@@ -690,9 +693,7 @@ static void test_trimul(int N, int C, int Ch, int outgoing, int use_mask, int re
     check_grad_inc(WHAT("d w_z"), gg.w_z, g0 + o_lg + 2 * Ch, gflat + o_lg + 2 * Ch,
                    (int64_t)C * Ch, TOL_TRIMUL_BWD);
   }
-  MF_TEST(raw_same(&runs[0], &runs[1]), "%s: two runs bit-identical", what);
-  raw_free(&runs[0]);
-  raw_free(&runs[1]);
+  end_runs(runs, what);
   free(pm);
   dev_free_all();
   mf_test_free_all();
