@@ -25,36 +25,14 @@
 #include "ops/cuda/transition_cuda.h"
 #include "ops/cuda/trimul_cuda.h"
 
+#include "bench_util.h"
+
 #define C_PAIR 128
 
 static mf_cuda_blas g_blas;
 static int g_reps = 20;
 
-/* N(0, scale²) + offset in bf16, drawn from the Philox test stream on the host. */
-static mf_bf16_t *dev_rand(int64_t n, uint64_t seed, double scale, double offset) {
-  mf_bf16 *h = (mf_bf16 *)malloc((size_t)n * sizeof(mf_bf16));
-  MF_CHECK_PTR(h);
-  for (int64_t i = 0; i < n; i++)
-    h[i] = mf_bf16_from_f32((float)(scale * mf_rng_normal(seed, MF_RNG_TEST, (uint64_t)i) + offset));
-  mf_bf16_t *d = NULL;
-  MF_CHECK_CUDA(cudaMalloc(&d, (size_t)n * 2));
-  MF_CHECK_CUDA(cudaMemcpy(d, h, (size_t)n * 2, cudaMemcpyHostToDevice));
-  free(h);
-  return d;
-}
-static void *dev_zero(size_t bytes) {
-  void *d = NULL;
-  MF_CHECK_CUDA(cudaMalloc(&d, bytes));
-  MF_CHECK_CUDA(cudaMemset(d, 0, bytes));
-  return d;
-}
-
 typedef void (*bench_fn)(void *ctx);
-
-static int cmp_float(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
 
 static float median_ms(bench_fn fn, void *ctx) {
   cudaEvent_t e0, e1;
@@ -70,8 +48,7 @@ static float median_ms(bench_fn fn, void *ctx) {
     MF_CHECK_CUDA(cudaEventSynchronize(e1));
     MF_CHECK_CUDA(cudaEventElapsedTime(&t[r], e0, e1));
   }
-  qsort(t, (size_t)g_reps, sizeof(float), cmp_float);
-  float m = t[g_reps / 2];
+  float m = median_f32(t, g_reps);
   free(t);
   MF_CHECK_CUDA(cudaEventDestroy(e0));
   MF_CHECK_CUDA(cudaEventDestroy(e1));
@@ -342,13 +319,7 @@ int main(int argc, char **argv) {
     MF_CHECK_CUDA(cudaFree(c.src));
     MF_CHECK_CUDA(cudaFree(c.dst));
   }
-  for (const char *s = ns; *s;) {
-    int N = atoi(s);
-    if (N > 0) bench_n(N);
-    const char *c = strchr(s, ',');
-    if (!c) break;
-    s = c + 1;
-  }
+  for_each_n(ns, bench_n);
   if (g_json) {
     fprintf(g_json, "\n], \"copy_gbps\": %.1f}\n", g_copy_gbps);
     fclose(g_json);

@@ -26,29 +26,13 @@
 #include "ops/cuda/ln_linear_cuda.h"
 #include "ops/cuda/transition_cuda.h"
 
+#include "../../bench/bench_util.h"
+
 #define C_PAIR 128
 #define HD (4 * C_PAIR)
 #define REPS 15
 
 static mf_cuda_blas g_blas;
-
-static mf_bf16_t *dev_rand(int64_t n, uint64_t seed, double scale, double offset) {
-  mf_bf16 *h = (mf_bf16 *)malloc((size_t)n * sizeof(mf_bf16));
-  MF_CHECK_PTR(h);
-  for (int64_t i = 0; i < n; i++)
-    h[i] = mf_bf16_from_f32((float)(scale * mf_rng_normal(seed, MF_RNG_TEST, (uint64_t)i) + offset));
-  mf_bf16_t *d = NULL;
-  MF_CHECK_CUDA(cudaMalloc(&d, (size_t)n * 2));
-  MF_CHECK_CUDA(cudaMemcpy(d, h, (size_t)n * 2, cudaMemcpyHostToDevice));
-  free(h);
-  return d;
-}
-static void *dev_zero(size_t bytes) {
-  void *d = NULL;
-  MF_CHECK_CUDA(cudaMalloc(&d, bytes));
-  MF_CHECK_CUDA(cudaMemset(d, 0, bytes));
-  return d;
-}
 
 typedef struct {
   int64_t M;
@@ -101,11 +85,6 @@ static void run(prob *p) {
   }
 }
 
-static int cmp_float(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
-
 #define NVAR 4 /* mf_ln_gemm_bwd_set_variant: 0 staging + cuBLAS, 1..3 the fused kernel's configurations */
 
 /* medians of REPS timed calls per variant, the variants interleaved call by call */
@@ -128,10 +107,7 @@ static void time_vars(prob *p, float *ms) {
       MF_CHECK_CUDA(cudaEventSynchronize(e1));
       MF_CHECK_CUDA(cudaEventElapsedTime(&t[v][r], e0, e1));
     }
-  for (int v = 0; v < NVAR; v++) {
-    qsort(t[v], REPS, sizeof(float), cmp_float);
-    ms[v] = t[v][REPS / 2];
-  }
+  for (int v = 0; v < NVAR; v++) ms[v] = median_f32(t[v], REPS);
   mf_ln_gemm_bwd_set_variant(-1);
   MF_CHECK_CUDA(cudaEventDestroy(e0));
   MF_CHECK_CUDA(cudaEventDestroy(e1));
@@ -156,10 +132,10 @@ static float time_one(prob *p) {
     MF_CHECK_CUDA(cudaEventSynchronize(e1));
     MF_CHECK_CUDA(cudaEventElapsedTime(&t[r], e0, e1));
   }
-  qsort(t, REPS, sizeof(float), cmp_float);
+  const float m = median_f32(t, REPS);
   MF_CHECK_CUDA(cudaEventDestroy(e0));
   MF_CHECK_CUDA(cudaEventDestroy(e1));
-  return t[REPS / 2];
+  return m;
 }
 
 /* relative L2 difference of two host arrays (bf16 when bf = 1, else fp32) */
@@ -208,6 +184,20 @@ static void compare(prob *p, int vv, size_t dw1_bytes, double *rdx, double *rdw)
   }
 }
 
+/* op's backward timed in every variant, then each fused configuration's dinp and dw1
+ * (dw1_bytes, printed as dw) against staging's */
+static void lab_op(prob *p, int op, const char *what, int N, size_t dw1_bytes, const char *dw) {
+  float ms[NVAR];
+  double rx, rw;
+  p->op = op;
+  time_vars(p, ms);
+  print_vars(what, N, ms);
+  for (int v = 1; v < NVAR; v++) {
+    compare(p, v, dw1_bytes, &rx, &rw);
+    printf("  fused[%d] vs staging: rel diff dinp %.2e %s %.2e\n", v, rx, dw, rw);
+  }
+}
+
 static void lab_n(int N) {
   const int C = C_PAIR;
   prob p;
@@ -225,7 +215,6 @@ static void lab_n(int N) {
   p.dg = (float *)dev_zero((size_t)C * 4);
   p.db = (float *)dev_zero((size_t)C * 4);
   float ms[NVAR];
-  double rx, rw;
 
   /* LN + Linear 128 → 128 */
   p.w1 = dev_rand((int64_t)C * C, 15, 0.09, 0);
@@ -234,13 +223,7 @@ static void lab_n(int N) {
   p.ws = dev_zero(p.wsb);
   mf_ln_linear_forward_cuda(p.out, p.mean, p.rstd, p.x, p.g, p.b, p.w1, NULL, M, C, C, MF_LN_FULL,
                             p.ws, p.wsb, &g_blas, 0);
-  p.op = 0;
-  time_vars(&p, ms);
-  print_vars("ln_linear bwd", N, ms);
-  for (int v = 1; v < NVAR; v++) {
-    compare(&p, v, (size_t)C * C * 4, &rx, &rw);
-    printf("  fused[%d] vs staging: rel diff dinp %.2e dW %.2e\n", v, rx, rw);
-  }
+  lab_op(&p, 0, "ln_linear bwd", N, (size_t)C * C * 4, "dW");
   MF_CHECK_CUDA(cudaFree(p.ws));
   MF_CHECK_CUDA(cudaFree(p.w1));
   MF_CHECK_CUDA(cudaFree(p.dw1));
@@ -252,13 +235,7 @@ static void lab_n(int N) {
   p.ws = dev_zero(p.wsb);
   mf_gated_linear_forward_cuda(p.out, p.mean, p.rstd, p.x, p.g, p.b, p.w1, NULL, M, C, C,
                                MF_LN_FULL, p.ws, p.wsb, &g_blas, 0);
-  p.op = 1;
-  time_vars(&p, ms);
-  print_vars("gated bwd", N, ms);
-  for (int v = 1; v < NVAR; v++) {
-    compare(&p, v, (size_t)2 * C * C * 4, &rx, &rw);
-    printf("  fused[%d] vs staging: rel diff dinp %.2e dW_pg %.2e\n", v, rx, rw);
-  }
+  lab_op(&p, 1, "gated bwd", N, (size_t)2 * C * C * 4, "dW_pg");
   MF_CHECK_CUDA(cudaFree(p.ws));
   MF_CHECK_CUDA(cudaFree(p.w1));
   MF_CHECK_CUDA(cudaFree(p.dw1));
@@ -273,13 +250,7 @@ static void lab_n(int N) {
   p.ws = dev_zero(p.wsb > whole ? p.wsb : whole);
   mf_transition_forward_cuda(p.out, p.mean, p.rstd, p.x, p.g, p.b, p.w1, p.w2, M, C, HD,
                              MF_LN_FULL, 0, p.ws, p.wsb, &g_blas, 0);
-  p.op = 2;
-  time_vars(&p, ms);
-  print_vars("transition bwd", N, ms);
-  for (int v = 1; v < NVAR; v++) {
-    compare(&p, v, (size_t)2 * HD * C * 4, &rx, &rw);
-    printf("  fused[%d] vs staging: rel diff dinp %.2e dW_ab %.2e\n", v, rx, rw);
-  }
+  lab_op(&p, 2, "transition bwd", N, (size_t)2 * HD * C * 4, "dW_ab");
   p.op = 3;
   time_vars(&p, ms);
   print_vars("transition bwd add/inpl", N, ms);
@@ -318,13 +289,7 @@ int main(int argc, char **argv) {
   char desc[256];
   printf("bwd_lab on %s\n", mf_cuda_describe(desc, sizeof desc));
   mf_cuda_blas_create(&g_blas, 0);
-  for (const char *s = ns; *s;) {
-    const int N = atoi(s);
-    if (N > 0) lab_n(N);
-    const char *c = strchr(s, ',');
-    if (!c) break;
-    s = c + 1;
-  }
+  for_each_n(ns, lab_n);
   mf_cuda_blas_destroy(&g_blas);
   return 0;
 }
