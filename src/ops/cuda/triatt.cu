@@ -172,10 +172,10 @@ extern "C" size_t mf_triatt_cuda_saved_bytes(int N, int C, int H, int D) {
   return saved_carve(&s, NULL, N, H, D);
 }
 
-static size_t ws2_size(int N, int C, int H, int D);
+static size_t ws_size(int N, int C, int H, int D);
 
 extern "C" size_t mf_triatt_cuda_workspace(int N, int C, int H, int D) {
-  return ws2_size(N, C, H, D);
+  return ws_size(N, C, H, D);
 }
 
 static void ta_check(const mf_triatt_cuda_weights *w, int N, int C, int H, int D, int starting,
@@ -256,15 +256,15 @@ typedef struct {
   int64_t R;         /* rows per chunk */
   ta_stage sx;       /* staging of the forward and the backward's phase 1 (in dbias, att_ws) */
   ta_stage sy;       /* staging of the backward's phase 3 (in P, bias: dead by then) */
-} ta_ws2;
+} ta_ws;
 
 /* Chunks of at least this many rows are large enough for the GEMMs to alias the staging
  * into the whole-tensor buffers rather than take a region of its own. */
-#define TA2_MIN_ALIAS_ROWS 16384
+#define TA_MIN_ALIAS_ROWS 16384
 
-/* Staging of the strided path: LN rows, dout ⊙ mask, fp32 rows, LN partials (no
+/* Chunk staging: LN rows, dout ⊙ mask, fp32 rows, LN partials (no
  * projection or output rows: the GEMMs use P, dP and o in place). */
-static size_t stage2_carve(ta_stage *st, void *base, int64_t R, int C) {
+static size_t stage_carve(ta_stage *st, void *base, int64_t R, int C) {
   mf_carver cv = {(char *)base, 0};
   st->xh = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
   st->dd = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
@@ -276,7 +276,7 @@ static size_t stage2_carve(ta_stage *st, void *base, int64_t R, int C) {
 /* [pmt, mask, wpad, dwpad | Y: P, bias | X: dP, dbias, att_ws | staging, only when it
  * cannot alias]: sx inside [dbias, att_ws] (not live in the forward or the backward's
  * phase 1, while dP's g columns are), sy inside Y. */
-static size_t ws2_carve(ta_ws2 *w, void *base, int N, int C, int H, int D) {
+static size_t ws_carve(ta_ws *w, void *base, int N, int C, int H, int D) {
   const int64_t M = (int64_t)N * N;
   const int64_t R_auto = mf_fusion_chunk_rows(M, (size_t)C * (2 + 2 + 4));
   const size_t pb = (size_t)M * ta_ldp(H, D) * sizeof(bf16), bia = (size_t)M * H * sizeof(bf16);
@@ -300,31 +300,31 @@ static size_t ws2_carve(ta_ws2 *w, void *base, int N, int C, int H, int D) {
   int64_t lo = 0, hi = R_auto;
   while (lo < hi) {
     const int64_t mid = (lo + hi + 1) / 2;
-    if (stage2_carve(&st, NULL, mid, C) <= cap) lo = mid;
+    if (stage_carve(&st, NULL, mid, C) <= cap) lo = mid;
     else hi = mid - 1;
   }
   /* alias when chunks of at least half the automatic size fit (chunks of lo rows), or else
-   * of at least TA2_MIN_ALIAS_ROWS rows (then balanced chunks: e.g. N = 384, where one
+   * of at least TA_MIN_ALIAS_ROWS rows (then balanced chunks: e.g. N = 384, where one
    * chunk of all 147456 rows would need 144 MiB of staging beside [dbias, att_ws]'s
    * 61 MiB; three chunks alias) */
-  if (lo >= 1 && (2 * lo >= R_auto || lo >= TA2_MIN_ALIAS_ROWS)) { /* alias */
+  if (lo >= 1 && (2 * lo >= R_auto || lo >= TA_MIN_ALIAS_ROWS)) { /* alias */
     const int64_t chunks = (M + lo - 1) / lo;
     const int64_t R = 2 * lo >= R_auto ? lo : (M + chunks - 1) / chunks; /* R <= lo */
     w->R = R;
-    stage2_carve(&w->sx, base ? (char *)base + xs : NULL, R, C);
-    stage2_carve(&w->sy, base ? (char *)base + y0 : NULL, R, C);
+    stage_carve(&w->sx, base ? (char *)base + xs : NULL, R, C);
+    stage_carve(&w->sy, base ? (char *)base + y0 : NULL, R, C);
   } else { /* a region of its own */
     w->R = R_auto;
-    void *sep = mf_carve(&cv, stage2_carve(&st, NULL, R_auto, C));
-    stage2_carve(&w->sx, sep, R_auto, C);
+    void *sep = mf_carve(&cv, stage_carve(&st, NULL, R_auto, C));
+    stage_carve(&w->sx, sep, R_auto, C);
     w->sy = w->sx;
   }
   return cv.used;
 }
 
-static size_t ws2_size(int N, int C, int H, int D) {
-  ta_ws2 w;
-  return ws2_carve(&w, NULL, N, C, H, D);
+static size_t ws_size(int N, int C, int H, int D) {
+  ta_ws w;
+  return ws_carve(&w, NULL, N, C, H, D);
 }
 
 /* The attention problem's views of P / dP (q, k, v, gate, dq, dk, dv, dgate, dout) and of
@@ -348,10 +348,10 @@ static void launch_bias(bf16 *P, bf16 *bias, int N, int H, int D, int starting, 
 
 /* x̂ = LN(z) for chunk rows r0.. (statistics computed or read) and their projections
  * P rows r0.. = x̂·wqᵀ (all ldp columns; the padding ones come out 0). */
-static void ta2_project(const ta_ws2 *b, const ta_stage *st, const ta_saved *s, const bf16 *z,
-                        const mf_triatt_cuda_weights *w, const bf16 *wq, int C, int H, int D,
-                        int64_t r0, int64_t rows, int use_saved, const mf_cuda_blas *blas,
-                        cudaStream_t stream) {
+static void ta_project(const ta_ws *b, const ta_stage *st, const ta_saved *s, const bf16 *z,
+                       const mf_triatt_cuda_weights *w, const bf16 *wq, int C, int H, int D,
+                       int64_t r0, int64_t rows, int use_saved, const mf_cuda_blas *blas,
+                       cudaStream_t stream) {
   const int ldp = ta_ldp(H, D);
   mf_ln_rows_cuda(st->xh, s->mu + r0, s->rs + r0, z + r0 * C, w->ln_g, w->ln_b, rows, C,
                   MF_LN_FULL, use_saved, stream);
@@ -359,17 +359,17 @@ static void ta2_project(const ta_ws2 *b, const ta_stage *st, const ta_saved *s, 
                   b->P + r0 * ldp, MF_GEMM_OUT_BF16, ldp);
 }
 
-static void ta_forward_strided(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
-                               const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
-                               int starting, const mf_resdrop_cuda *rd, void *ws,
-                               size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
+static void ta_forward(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
+                       const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
+                       int starting, const mf_resdrop_cuda *rd, void *ws,
+                       size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
   const int64_t M = (int64_t)N * N;
   const int HD = H * D, goff = 3 * HD + ta_bp(H);
   ta_saved s;
   saved_carve(&s, saved, N, H, D);
-  ta_ws2 b;
-  MF_ASSERT(ws2_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
-  ws2_carve(&b, ws, N, C, H, D);
+  ta_ws b;
+  MF_ASSERT(ws_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
+  ws_carve(&b, ws, N, C, H, D);
   const int64_t R = b.R;
   const ta_stage *st = &b.sx;
   if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
@@ -378,7 +378,7 @@ static void ta_forward_strided(bf16 *out, void *saved, const bf16 *z, const uint
 
   /* x̂ = LN(z); P = x̂·w_qkvbgᵀ in z order; the bias columns → (H, N, N) */
   for (int64_t r0 = 0; r0 < M; r0 += R)
-    ta2_project(&b, st, &s, z, w, wq, C, H, D, r0, M - r0 < R ? M - r0 : R, 0, blas, stream);
+    ta_project(&b, st, &s, z, w, wq, C, H, D, r0, M - r0 < R ? M - r0 : R, 0, blas, stream);
   launch_bias(b.P, b.bias, N, H, D, starting, false, stream);
   /* o = σ(g) ⊙ attention(q, k, v, bias, key mask), on views of P, into o in z order */
   const mf_attn_views vw = ta_views(N, H, D, starting);
@@ -400,18 +400,18 @@ static void ta_forward_strided(bf16 *out, void *saved, const bf16 *z, const uint
 
 #define G(field) (g ? g->field : NULL)
 
-static void ta_backward_strided(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dout,
-                                const void *saved, const bf16 *z, const uint8_t *pm,
-                                const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
-                                int starting, const mf_resdrop_cuda *rd, void *ws,
-                                size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
+static void ta_backward(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dout,
+                        const void *saved, const bf16 *z, const uint8_t *pm,
+                        const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
+                        int starting, const mf_resdrop_cuda *rd, void *ws,
+                        size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
   const int64_t M = (int64_t)N * N;
   const int HD = H * D, ldp = ta_ldp(H, D), goff = 3 * HD + ta_bp(H);
   ta_saved s;
   saved_carve(&s, (void *)saved, N, H, D); /* read only below */
-  ta_ws2 b;
-  MF_ASSERT(ws2_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
-  ws2_carve(&b, ws, N, C, H, D);
+  ta_ws b;
+  MF_ASSERT(ws_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
+  ws_carve(&b, ws, N, C, H, D);
   const int64_t R = b.R;
   const ta_stage *st = &b.sx; /* inside dbias, att_ws (not yet written) */
   if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
@@ -424,7 +424,7 @@ static void ta_backward_strided(bf16 *dz, const mf_triatt_cuda_grads *g, const b
    *   ⇒ dW_o += dΔzᵀ·o,  dO = dΔz·W_o into dP's g columns */
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
-    ta2_project(&b, st, &s, z, w, wq, C, H, D, r0, rows, 1, blas, stream);
+    ta_project(&b, st, &s, z, w, wq, C, H, D, r0, rows, 1, blas, stream);
     const bf16 *dd = dout + r0 * C;
     if (rd) {
       launch_dropbwd(st->dd, dout, b.mask, (int)rd->axis, N, r0, rows, C, stream);
@@ -481,7 +481,7 @@ extern "C" void mf_triatt_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
                                        cudaStream_t stream) {
   ta_check(w, N, C, H, D, starting, rd);
   MF_ASSERT(out && saved && z && ws, "triatt_forward_cuda: NULL argument");
-  ta_forward_strided(out, saved, z, pm, w, N, C, H, D, starting, rd, ws, ws_bytes, blas, stream);
+  ta_forward(out, saved, z, pm, w, N, C, H, D, starting, rd, ws, ws_bytes, blas, stream);
 }
 
 extern "C" void mf_triatt_backward_cuda(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dout,
@@ -492,6 +492,6 @@ extern "C" void mf_triatt_backward_cuda(bf16 *dz, const mf_triatt_cuda_grads *g,
                                         cudaStream_t stream) {
   ta_check(w, N, C, H, D, starting, rd);
   MF_ASSERT(dz && dout && saved && z && ws, "triatt_backward_cuda: NULL argument");
-  ta_backward_strided(dz, g, dout, saved, z, pm, w, N, C, H, D, starting, rd, ws, ws_bytes, blas,
-                      stream);
+  ta_backward(dz, g, dout, saved, z, pm, w, N, C, H, D, starting, rd, ws, ws_bytes, blas,
+              stream);
 }
