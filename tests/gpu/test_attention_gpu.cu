@@ -120,27 +120,27 @@ static mf_attn_stride wide_stride(int mode, int R, int N, int64_t ld, int D) {
                    : mf_attn_stride{(int64_t)N * R * ld, ld, D, (int64_t)R * ld};
 }
 
+/* Number of elements of a packed (B, R, H, N, D) tensor (N = Q), and the index in wide
+ * (rows, ld) at column off of its element t (packed order). */
+static int64_t packed_count(const mf_attn_dims *d) {
+  return (int64_t)d->B * d->R * d->H * d->Q * d->D;
+}
+static int64_t wide_index(int64_t t, int64_t ld, int64_t off, int mode, const mf_attn_dims *d) {
+  const int c = (int)(t % d->D), i = (int)(t / d->D % d->Q), h = (int)(t / d->D / d->Q % d->H);
+  const int64_t br = t / d->D / d->Q / d->H;
+  const int r = (int)(br % d->R), b = (int)(br / d->R);
+  return wide_row(mode, d->B, d->R, d->Q, b, r, i) * ld + off + h * d->D + c;
+}
 /* Scatters x (B, R, H, N, D) into the bf16 bits of wide (rows, ld) at column off. */
 static void scatter_wide(uint16_t *wide, int64_t ld, int64_t off, const double *x, int mode,
                          const mf_attn_dims *d) {
-  for (int b = 0; b < d->B; b++)
-    for (int r = 0; r < d->R; r++)
-      for (int h = 0; h < d->H; h++)
-        for (int i = 0; i < d->Q; i++)
-          for (int c = 0; c < d->D; c++)
-            wide[wide_row(mode, d->B, d->R, d->Q, b, r, i) * ld + off + h * d->D + c] =
-                mf_bf16_from_f32((float)x[((((int64_t)b * d->R + r) * d->H + h) * d->Q + i) * d->D + c]);
+  for (int64_t t = 0; t < packed_count(d); t++)
+    wide[wide_index(t, ld, off, mode, d)] = mf_bf16_from_f32((float)x[t]);
 }
 /* The inverse: y (B, R, H, N, D) packed bf16 bits ← wide. */
 static void gather_wide(uint16_t *y, const uint16_t *wide, int64_t ld, int64_t off, int mode,
                         const mf_attn_dims *d) {
-  for (int b = 0; b < d->B; b++)
-    for (int r = 0; r < d->R; r++)
-      for (int h = 0; h < d->H; h++)
-        for (int i = 0; i < d->Q; i++)
-          for (int c = 0; c < d->D; c++)
-            y[((((int64_t)b * d->R + r) * d->H + h) * d->Q + i) * d->D + c] =
-                wide[wide_row(mode, d->B, d->R, d->Q, b, r, i) * ld + off + h * d->D + c];
+  for (int64_t t = 0; t < packed_count(d); t++) y[t] = wide[wide_index(t, ld, off, mode, d)];
 }
 
 static mf_bf16_t *up_bits(const uint16_t *x, int64_t n) {

@@ -9,9 +9,7 @@
  * does not fit with the largest N that does. With MF_PARITY_OUT=dir set it also writes
  * the GPU's results of one case as a parity bundle for tools/reference/parity.py.
  * Prints (does not assert) one block's forward/backward time at a few N. With
- * MF_PF_TIMING_ONLY=N it only times one block at that N, with the triangle attention's
- * re-layout path and its default strided path alternately (mf_triatt_cuda_set_path), twice
- * each. Needs a GPU. */
+ * MF_PF_TIMING_ONLY=N it only times one block at that N, twice. Needs a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +23,6 @@
 #include "ops/cuda/device.h"
 #include "ops/cuda/gpu.h"
 #include "ops/cuda/ln_linear_cuda.h"
-#include "ops/cuda/triatt_cuda.h"
 
 #include "gpu_test_util.h"
 
@@ -490,13 +487,7 @@ int main(void) {
   mf_test_begin("test_pairformer_gpu");
   if (getenv("MF_PF_TIMING_ONLY")) {
     const int N = atoi(getenv("MF_PF_TIMING_ONLY"));
-    for (int i = 0; i < 4; i++) {
-      const int path = i % 2 == 0;
-      mf_triatt_cuda_set_path(path);
-      printf("  triangle attention %s path:\n", path ? "re-layout (old)" : "strided");
-      time_block(N);
-    }
-    mf_triatt_cuda_set_path(0);
+    for (int i = 0; i < 2; i++) time_block(N);
     mf_test_free_all();
     return mf_test_end();
   }

@@ -4,7 +4,7 @@
  * weights, so the comparison measures only the GPU's arithmetic: out, dz and every
  * parameter gradient by relative error (tolerance TOL; the observed errors are printed).
  * Shapes: N ∈ {1, 7, 33, 64, 100, 200}, C ∈ {16, 128}, H = 4 with D = 32, and D = 16 and
- * D = 8 cases, plus H = 3 (the scalar re-layout path); pair masks m_i·m_j with at least one
+ * D = 8 cases, plus H = 3, C = 20 (padded bias columns, scalar epilogues); pair masks m_i·m_j with at least one
  * fully masked token; with and without the fused residual + row/column dropout (p = 0.25;
  * the CPU side applies the same mask with mf_dropout_mask and
  * mf_dropout_residual_forward/backward). Every output and the saved buffer and workspace are
@@ -16,8 +16,7 @@
  * others use the automatic chunking (the staging aliased into the whole-tensor buffers where
  * chunks of at least half the automatic size fit there, else in a region of its own, as at
  * N = 1). Last, fwd and bwd milliseconds at N = 384 and 768 (C = 128, H = 4,
- * D = 32) are printed, not asserted, for the default strided path and the old re-layout
- * path (mf_triatt_cuda_set_path(1)) side by side, with the attention core alone on the
+ * D = 32) are printed, not asserted, twice each, with the attention core alone on the
  * same shapes for the breakdown (MF_TEST_NO_TIMING=1 skips the timings,
  * MF_TRIATT_BENCH_ONLY=1 runs only them). Needs a GPU. */
 #include <math.h>
@@ -286,9 +285,7 @@ static void bench(int N, int starting) {
   MF_CHECK_CUDA(cudaEventCreate(&e0));
   MF_CHECK_CUDA(cudaEventCreate(&e1));
   MF_CHECK_CUDA(cudaEventCreate(&e2));
-  for (int pi = 0; pi < 4; pi++) { /* old re-layout path, the default, twice each */
-    const int path = pi % 2 == 0;
-    mf_triatt_cuda_set_path(path);
+  for (int pi = 0; pi < 2; pi++) { /* twice */
     const size_t sb = mf_triatt_cuda_saved_bytes(N, C, H, D), wsb = mf_triatt_cuda_workspace(N, C, H, D);
     void *saved = NULL, *ws = NULL;
     MF_CHECK_CUDA(cudaMalloc(&saved, sb));
@@ -310,10 +307,9 @@ static void bench(int N, int starting) {
         bwd += b / 5;
       }
     }
-    printf("triatt timing %s N=%d C=%d H=%d D=%d (pair mask, residual+dropout), %s path: fwd %.3f "
+    printf("triatt timing %s N=%d C=%d H=%d D=%d (pair mask, residual+dropout): fwd %.3f "
            "ms, bwd %.3f ms, fwd+bwd %.3f ms; saved %.1f MiB, workspace %.1f MiB\n",
-           starting ? "starting" : "ending", N, C, H, D, path ? "re-layout (old)" : "strided",
-           fwd, bwd, fwd + bwd, sb / 1048576.0, wsb / 1048576.0);
+           starting ? "starting" : "ending", N, C, H, D, fwd, bwd, fwd + bwd, sb / 1048576.0, wsb / 1048576.0);
     MF_CHECK_CUDA(cudaFree(saved));
     MF_CHECK_CUDA(cudaFree(ws));
   }

@@ -629,6 +629,54 @@ __global__ void prep_kernel(float *Di, bf16 *dO, bf16 *dgate, const bf16 *dout, 
 }
 
 /* ------------------------------------------------------------------------------------
+ * Shared by the backward kernels: s = A·Mᵀ and dp = B·Nᵀ for this warp's 16 rows of A, B
+ * (A fragments) and the (64, DP+8) tiles M, N: the S and dP products (dq_kernel,
+ * dbias_kernel: A = Q, B = dO, M = K, N = V) or their transposes (dkdv_kernel,
+ * fused_kernel: A = K, B = V, M = Q, N = dO). */
+template <int DP, bool MMA>
+__device__ __forceinline__ void s_dp_products(float s[8][4], float dp[8][4],
+                                              const uint32_t a[DP / 16][4], const bf16 *m,
+                                              const uint32_t b[DP / 16][4], const bf16 *n) {
+#pragma unroll
+  for (int i = 0; i < 8; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.f;
+  mm_abt<DP, MMA>(s, a, m);
+  mm_abt<DP, MMA>(dp, b, n);
+}
+
+/* Shared by dkdv_kernel and fused_kernel: lse·log2e and Di of the query rows q1.. of a
+ * tile into stage sn of Ls, Ds (ATT_BQ each; threads c0, c0 + ATT_THREADS, …); padded
+ * query rows get lse = +inf (P = 0) and Di = 0. lg, dig: the slab's lse and Di. */
+__device__ __forceinline__ void load_lse_di(float *Ls, float *Ds, int sn, const float *lg,
+                                            const float *dig, int q1, int Q, int c0) {
+  for (int c = c0; c < ATT_BQ; c += ATT_THREADS) {
+    Ls[sn * ATT_BQ + c] = q1 + c < Q ? lse_log2(lg[q1 + c]) : INFINITY;
+    Ds[sn * ATT_BQ + c] = q1 + c < Q ? dig[q1 + c] : 0.f;
+  }
+}
+
+/* Shared by dkdv_kernel and fused_kernel: the Pᵀ/dSᵀ step of one n-block (this warp's 16
+ * keys × 8 queries): s = Sᵀ and dp = dPᵀ (C fragments) become, in place,
+ * Pᵀ = exp2((Sᵀ·scale + biasᵀ)·log2e − L) (0 for masked keys: kv0, kv1 for keys g, g+8)
+ * and dSᵀ = Pᵀ ⊙ (dPᵀ − Dv); b2: the two biasᵀ registers (keys g, g+8); L, Dv: lse·log2e
+ * and Di of the queries 2t, 2t+1. */
+template <bool MMA>
+__device__ __forceinline__ void pt_dst(float s[4], float dp[4], const uint32_t b2[2], float2 L,
+                                       float2 Dv, bool kv0, bool kv1, float scale) {
+#pragma unroll
+  for (int e = 0; e < 4; e++) {
+    const bool kv = (e >> 1) ? kv1 : kv0;
+    const uint32_t w = b2[e >> 1];
+    const float bv = (e & 1) ? hi_f(w) : lo_f(w);
+    const float pv = kv ? fast_exp2<MMA>(fmaf(fmaf(s[e], scale, bv), ATT_LOG2E, -((e & 1) ? L.y : L.x)))
+                        : 0.f;
+    s[e] = pv;                                        /* Pᵀ */
+    dp[e] = pv * (dp[e] - ((e & 1) ? Dv.y : Dv.x)); /* dSᵀ */
+  }
+}
+
+/* ------------------------------------------------------------------------------------
  * dK, dV. Grid: B·H·⌈nkb/GK⌉·⌈R/GR⌉ CTAs (r fastest); each warp owns 16 keys of its
  * warpgroup's key tile and computes the transposed products Sᵀ (16 keys, 64 queries) per
  * query tile. The GR warpgroups of different r share the bias tile, the GK of different
@@ -679,11 +727,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
     if (ldq) {
       rp.template load<MMA>(Qs + sn * TILE, qg + (int64_t)q1 * stq, Q - q1, stq);
       rp.template load<MMA>(dOs + sn * TILE, dog + (int64_t)q1 * sto, Q - q1, sto);
-      for (int c = threadIdx.x % ATT_THREADS; c < ATT_BQ; c += ATT_THREADS) {
-        /* padded query rows: lse = +inf gives P = 0 */
-        Ls[sn * ATT_BQ + c] = q1 + c < Q ? lse_log2(lg[q1 + c]) : INFINITY;
-        Ds[sn * ATT_BQ + c] = q1 + c < Q ? dig[q1 + c] : 0.f;
-      }
+      load_lse_di(Ls, Ds, sn, lg, dig, q1, Q, threadIdx.x % ATT_THREADS);
     }
     if (ldb) bp.template load<MMA>(Bs + sn * BT, bg ? bg + (int64_t)q1 * K : NULL, Q - q1, K - k0);
   };
@@ -716,12 +760,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
     const float *ls = Ls + st * ATT_BQ, *ds = Ds + st * ATT_BQ;
 
     float s[8][4], dp[8][4];
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.f;
-    mm_abt<DP, MMA>(s, kf, qs);   /* Sᵀ = K·Qᵀ    (16 keys, 64 queries) */
-    mm_abt<DP, MMA>(dp, vf, dos); /* dPᵀ = V·dOᵀ */
+    s_dp_products<DP, MMA>(s, dp, kf, qs, vf, dos); /* Sᵀ = K·Qᵀ (16 keys, 64 queries), dPᵀ = V·dOᵀ */
 #pragma unroll
     for (int nb = 0; nb < 8; nb += 2) {
       /* biasᵀ in C-fragment layout (keys g, g+8; queries 2t, 2t+1): ldmatrix.trans of the
@@ -729,20 +768,10 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
       uint32_t bb[4];
       ldsm_x4<MMA, true>(bb, bs + ((nb + lane / 16) * 8 + lane % 8) * ATT_BP + warp * 16 + ((lane / 8) % 2) * 8);
 #pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int n = nb + h, qc = n * 8 + 2 * t;
-        const float2 L = *reinterpret_cast<const float2 *>(ls + qc);
-        const float2 Dv = *reinterpret_cast<const float2 *>(ds + qc);
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const bool kv = (e >> 1) ? kv1 : kv0;
-          const uint32_t w = bb[2 * h + (e >> 1)];
-          const float bv = (e & 1) ? hi_f(w) : lo_f(w);
-          const float pv = kv ? fast_exp2<MMA>(fmaf(fmaf(s[n][e], p.scale, bv), ATT_LOG2E, -((e & 1) ? L.y : L.x)))
-                              : 0.f;
-          s[n][e] = pv;                                        /* Pᵀ */
-          dp[n][e] = pv * (dp[n][e] - ((e & 1) ? Dv.y : Dv.x)); /* dSᵀ */
-        }
+      for (int hh = 0; hh < 2; hh++) {
+        const int n = nb + hh, qc = n * 8 + 2 * t;
+        pt_dst<MMA>(s[n], dp[n], bb + 2 * hh, *reinterpret_cast<const float2 *>(ls + qc),
+                    *reinterpret_cast<const float2 *>(ds + qc), kv0, kv1, p.scale);
       }
     }
     mm_pm<DP, MMA>(dv, s, dos);  /* dV += Pᵀ·dO */
@@ -858,12 +887,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_bwd(MMA, DP, GR * 
     const uint8_t *ms = Ms + st * ATT_MS;
 
     float s[8][4], dp[8][4];
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.f;
-    mm_abt<DP, MMA>(s, qf, ks);   /* S = Q·Kᵀ */
-    mm_abt<DP, MMA>(dp, dof, vs); /* dP = dO·Vᵀ */
+    s_dp_products<DP, MMA>(s, dp, qf, ks, dof, vs); /* S = Q·Kᵀ, dP = dO·Vᵀ */
     make_ds<MMA>(s, dp, bs, ms, lse0, lse1, di0, di1, p.scale, warp);
     if (DBIAS && act) { /* R = 1: dbias = dS, each element written once */
       bf16 *db = p.dbias + ((int64_t)b * p.H + h) * Q * K;
@@ -960,12 +984,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GQ * GK, minb_bwd(MMA, DP, GQ * 
     const int rl0 = warp * 16 + gq, rl1 = rl0 + 8;
     const float *ls = Ls + st * ATT_BQ, *ds = Ds + st * ATT_BQ;
     float s[8][4], dp[8][4];
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.f;
-    mm_abt<DP, MMA>(s, qf, Ks + st * TILE);
-    mm_abt<DP, MMA>(dp, dof, Vs + st * TILE);
+    s_dp_products<DP, MMA>(s, dp, qf, Ks + st * TILE, dof, Vs + st * TILE);
     make_ds<MMA>(s, dp, Bs, Ms + st * ATT_MS, ls[rl0], ls[rl1], ds[rl0], ds[rl1], p.scale, warp);
 #pragma unroll
     for (int i = 0; i < 8; i++)
@@ -1066,10 +1085,7 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
         const int q1 = it * ATT_BQ;
         rp.template load<MMA>(Qs + sn * TILE, qg + (int64_t)q1 * stq, Q - q1, stq);
         rp.template load<MMA>(dOs + sn * TILE, dog + (int64_t)q1 * sto, Q - q1, sto);
-        for (int c = threadIdx.x; c < ATT_BQ; c += ATT_THREADS) {
-          Ls[sn * ATT_BQ + c] = q1 + c < Q ? lse_log2(lg[q1 + c]) : INFINITY;
-          Ds[sn * ATT_BQ + c] = q1 + c < Q ? dig[q1 + c] : 0.f;
-        }
+        load_lse_di(Ls, Ds, sn, lg, dig, q1, Q, threadIdx.x);
         bp.template load<MMA>(Bs + sn * BT, bg ? bg + (int64_t)q1 * K : NULL, Q - q1, K - k0);
         if (GACC && kb > 0)
 #pragma unroll
@@ -1114,12 +1130,7 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
         const float *ls = Ls + st * ATT_BQ, *ds = Ds + st * ATT_BQ;
 
         float s[8][4], dp[8][4];
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.f;
-        mm_abt<DP, MMA>(s, kf, qs);   /* Sᵀ = K·Qᵀ    (16 keys, 64 queries) */
-        mm_abt<DP, MMA>(dp, vf, dos); /* dPᵀ = V·dOᵀ */
+        s_dp_products<DP, MMA>(s, dp, kf, qs, vf, dos); /* Sᵀ = K·Qᵀ (16 keys, 64 queries), dPᵀ = V·dOᵀ */
 #pragma unroll
         for (int nb = 0; nb < 8; nb += 2) {
           uint32_t bb[4];
@@ -1127,18 +1138,8 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
 #pragma unroll
           for (int hh = 0; hh < 2; hh++) {
             const int n = nb + hh, qc = n * 8 + 2 * t;
-            const float2 L = *reinterpret_cast<const float2 *>(ls + qc);
-            const float2 Dv = *reinterpret_cast<const float2 *>(ds + qc);
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-              const bool kv = (e >> 1) ? kv1 : kv0;
-              const uint32_t w = bb[2 * hh + (e >> 1)];
-              const float bv = (e & 1) ? hi_f(w) : lo_f(w);
-              const float pv = kv ? fast_exp2<MMA>(fmaf(fmaf(s[n][e], p.scale, bv), ATT_LOG2E, -((e & 1) ? L.y : L.x)))
-                                  : 0.f;
-              s[n][e] = pv;                                        /* Pᵀ */
-              dp[n][e] = pv * (dp[n][e] - ((e & 1) ? Dv.y : Dv.x)); /* dSᵀ */
-            }
+            pt_dst<MMA>(s[n], dp[n], bb + 2 * hh, *reinterpret_cast<const float2 *>(ls + qc),
+                        *reinterpret_cast<const float2 *>(ds + qc), kv0, kv1, p.scale);
             /* dSᵀ rows (keys) g, g+8 of this warp, queries qc, qc+1 */
             *reinterpret_cast<uint32_t *>(St + (warp * 16 + gq) * SP + qc) = pack_bf16x2(dp[n][0], dp[n][1]);
             *reinterpret_cast<uint32_t *>(St + (warp * 16 + gq + 8) * SP + qc) = pack_bf16x2(dp[n][2], dp[n][3]);

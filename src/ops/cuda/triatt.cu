@@ -1,25 +1,19 @@
-/* triatt.cu — triangle attention (starting / ending node) on the GPU, forward and backward.
- * Two implementations (mf_triatt_cuda_set_path):
- *  - the strided path (default; "the strided path" section at the end): LN staging + one
- *    projection GEMM per chunk writing P (N², ldp) in z order; EvoFlash-3D directly on
- *    strided views of P (q, k, v, gate), o written in z order for the W_o GEMM; only the
- *    bias (and its gradient) is moved, between P's bias columns and (H, N, N). The
- *    backward writes dq, dk, dv, dg straight into the gradient matrix dP.
- *  - the re-layout path it replaced (kept for side-by-side timings): per chunk, a
- *    re-layout kernel scatters q, k, v, g into the attention layout and the bias into
- *    (H, N, N) (transposed for the ending node); EvoFlash-3D with the gate fused; a gather
- *    of the gated output back to pair rows + the W_o GEMM + the residual/dropout epilogue;
- *    the backward gathers dq, dk, dv, dbias, dgate back into one (rows, ldp) gradient
- *    matrix for two GEMMs and the LayerNorm backward.
+/* triatt.cu — triangle attention (starting / ending node) on the GPU, forward and backward:
+ * LN staging + one projection GEMM per chunk writing P (N², ldp) in z order; EvoFlash-3D
+ * directly on strided views of P (q, k, v, gate), o written in z order for the W_o GEMM;
+ * only the bias (and its gradient) is moved, between P's bias columns and (H, N, N). The
+ * backward writes dq, dk, dv, dg straight into the gradient matrix dP. (The re-layout path
+ * this replaced — per-chunk scatter/gather kernels between pair rows and the attention
+ * layout — was removed; it lives in git history at commit 21eb25c.)
  * See triatt_cuda.h. Not the CPU reference (src/ops/cpu/triatt.c).
  *
  * Layouts. Pair rows m = a·N + b of z (N, N, C) are processed in z order, chunk by chunk.
  * The attention problem is the starting node on z (row i = a, query/key j = b) or on zᵀ
- * (ending node: i = b, j = a); the attention tensors are q, k, v, g, o (N, H, N, D) indexed
- * (i, h, j, d), bias (H, N, N) indexed (h, i, j), the key mask (N, N) indexed (i, j) = pm
- * (starting) or pmᵀ (ending, a transposed copy in the workspace: N² bytes). Only the row
- * permutation differs between the two nodes, so every re-layout kernel takes (a, b) → (i, j)
- * and no transposed copy of z, out, dout or dz is ever made. LN statistics are indexed by m. */
+ * (ending node: i = b, j = a); the attention tensors q, k, v, g, o are (N, H, N, D) views
+ * indexed (i, h, j, d) (ta_views), bias (H, N, N) indexed (h, i, j), the key mask (N, N)
+ * indexed (i, j) = pm (starting) or pmᵀ (ending, a transposed copy in the workspace: N²
+ * bytes). Only the row permutation differs between the two nodes, so no transposed copy of
+ * z, out, dout or dz is ever made. LN statistics are indexed by m. */
 #include "triatt_cuda.h"
 
 #include <math.h>
@@ -30,27 +24,6 @@
 
 /* ================================================================ kernels */
 
-/* VEC consecutive bf16 copied as one access (VEC = 8: 16 bytes, 4: 8 bytes, 1: scalar). */
-template <int VEC>
-static __device__ __forceinline__ void ta_cpv(bf16 *__restrict__ dst, const bf16 *__restrict__ src) {
-  if constexpr (VEC == 8) {
-    *(uint4 *)dst = *(const uint4 *)src;
-  } else if constexpr (VEC == 4) {
-    *(uint2 *)dst = *(const uint2 *)src;
-  } else {
-#pragma unroll
-    for (int k = 0; k < VEC; k++) dst[k] = src[k];
-  }
-}
-
-/* (i, j) of the attention problem for pair row m = a·N + b. */
-static __device__ __forceinline__ void ta_ij(int64_t m, int N, int starting, int64_t *i,
-                                             int64_t *j) {
-  const int64_t a = m / N, b = m - a * N;
-  *i = starting ? a : b;
-  *j = starting ? b : a;
-}
-
 /* The projection columns: P (rows, ldp) holds [q | k | v | bias | 0 | g], HD, HD, HD, H,
  * BP − H zero columns, HD: the bias block is padded to BP = H rounded up to 8 so that every
  * segment starts at a multiple of 8 and ldp = 4HD + BP is one too (16-byte vectors
@@ -58,68 +31,6 @@ static __device__ __forceinline__ void ta_ij(int64_t m, int N, int starting, int
 static __host__ __device__ int ta_bp(int H) { return (H + 7) / 8 * 8; }
 static __host__ __device__ int ta_ldp(int H, int D) { return 4 * H * D + ta_bp(H); }
 
-
-/* Between P (rows, ldp), the projections of chunk rows m0..m0+rows−1, and the attention
- * layout: q, k, v, g (N, H, N, D) at (i, h, j, d), bias (H, N, N) at (h, i, j).
- * GATHER = false scatters P into q, k, v, bias, g (forward and the backward's recomputation);
- * GATHER = true gathers the gradients dq, dk, dv, dbias, dg into P and zeroes its padding
- * columns (they meet the padded weight's zero rows in the dx̂ GEMM). Each thread owns one
- * 8-column vector (its segment, head and channel fixed) and walks rows. */
-template <bool GATHER>
-static __global__ void ta_qkvbg_kernel(bf16 *__restrict__ P, int ldp, bf16 *__restrict__ q,
-                                       bf16 *__restrict__ k, bf16 *__restrict__ v,
-                                       bf16 *__restrict__ bias, bf16 *__restrict__ g, int N,
-                                       int H, int D, int64_t m0, int64_t rows, int starting) {
-  const int HD = H * D, BP = ta_bp(H);
-  const int c = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
-  if (c >= ldp) return;
-  const bool is_bias = c >= 3 * HD && c < 3 * HD + BP;
-  int seg = 3, rem = c - 3 * HD - BP;
-  if (c < 3 * HD) {
-    seg = c / HD;
-    rem = c - seg * HD;
-  }
-  bf16 *base = seg == 0 ? q : seg == 1 ? k : seg == 2 ? v : g;
-  const int h = rem / D, d = rem - h * D;
-  for (int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; r < rows;
-       r += (int64_t)gridDim.y * blockDim.y) {
-    int64_t i, j;
-    ta_ij(m0 + r, N, starting, &i, &j);
-    bf16 *prow = P + r * ldp + c;
-    if (is_bias) { /* up to 8 heads, one element each; the rest is padding */
-#pragma unroll
-      for (int u = 0; u < 8; u++) {
-        const int hb = c - 3 * HD + u;
-        bf16 *bp = bias + ((int64_t)hb * N + i) * N + j;
-        if (GATHER) prow[u] = hb < H ? *bp : mf_f32_to_bf16(0.0f);
-        else if (hb < H) *bp = prow[u];
-      }
-      continue;
-    }
-    bf16 *ap = base + ((i * H + h) * N + j) * D + d;
-    if (GATHER) ta_cpv<8>(prow, ap);
-    else ta_cpv<8>(ap, prow);
-  }
-}
-
-/* Between cl (rows, HD), channel-last rows m0.. in z order, and att (N, H, N, D):
- * TO_ATT = false gathers (o → the W_o GEMM's operand), true scatters (dO → the attention
- * backward's dout). 8 channels per thread (D % 8 == 0). */
-template <bool TO_ATT>
-static __global__ void ta_heads_kernel(bf16 *__restrict__ cl, bf16 *__restrict__ att, int N,
-                                       int H, int D, int64_t m0, int64_t rows, int starting) {
-  const int HD = H * D, nv = HD / 8;
-  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < rows * nv;
-       t += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t r = t / nv;
-    const int c = (int)(t - r * nv) * 8, h = c / D, d = c - h * D;
-    int64_t i, j;
-    ta_ij(m0 + r, N, starting, &i, &j);
-    bf16 *ap = att + ((i * H + h) * N + j) * D + d;
-    if (TO_ATT) ta_cpv<8>(ap, cl + r * HD + c);
-    else ta_cpv<8>(cl + r * HD + c, ap);
-  }
-}
 
 /* Between the bias columns [3HD, 3HD + BP) of P (M, ldp), all pair rows in z order, and
  * bias (H, N, N) at (h, i, j). TO_P = false gathers the bias for the attention; true
@@ -202,31 +113,6 @@ static __global__ void ta_mask_t_kernel(uint8_t *__restrict__ pmt, const uint8_t
 
 /* ================================================================ launchers */
 
-static void launch_qkvbg(bf16 *P, int ldp, bf16 *q, bf16 *k, bf16 *v, bf16 *bias, bf16 *g, int N,
-                         int H, int D, int64_t m0, int64_t rows, int starting, bool gather,
-                         cudaStream_t s) {
-  /* a block row covers the row's 8-column vectors (ldp/8 of them, 65 at AF3 dims) */
-  const int nvec = ldp / 8, bx = nvec < 256 ? nvec : 256, by = 256 / bx > 1 ? 256 / bx : 1;
-  const int64_t ry = (rows + by - 1) / by;
-  dim3 grid(mf_cdiv(nvec, bx), (unsigned)(ry < 8192 ? ry : 8192));
-  dim3 block(bx, by);
-  if (gather)
-    ta_qkvbg_kernel<true><<<grid, block, 0, s>>>(P, ldp, q, k, v, bias, g, N, H, D, m0, rows,
-                                                 starting);
-  else
-    ta_qkvbg_kernel<false><<<grid, block, 0, s>>>(P, ldp, q, k, v, bias, g, N, H, D, m0, rows,
-                                                  starting);
-  MF_CHECK_LAUNCH();
-}
-
-static void launch_heads(bf16 *cl, bf16 *att, int N, int H, int D, int64_t m0, int64_t rows,
-                         int starting, bool to_att, cudaStream_t s) {
-  const unsigned nb = mf_ew_blocks(rows * H * D / 8);
-  if (to_att) ta_heads_kernel<true><<<nb, 256, 0, s>>>(cl, att, N, H, D, m0, rows, starting);
-  else ta_heads_kernel<false><<<nb, 256, 0, s>>>(cl, att, N, H, D, m0, rows, starting);
-  MF_CHECK_LAUNCH();
-}
-
 static void launch_resdrop(bf16 *out, const float *u, const float *mask, int axis, int N,
                            int64_t m0, int64_t rows, int C, cudaStream_t s) {
   if (C % 8 == 0)
@@ -254,8 +140,7 @@ static void launch_dropbwd(bf16 *dd, const bf16 *dout, const float *mask, int ax
 typedef struct {
   float *mu, *rs; /* (M) LN statistics, indexed by pair row m of z */
   float *lse;     /* (N, H, N) softmax log-sum-exp, (i, h, j) */
-  bf16 *o;        /* gated attention output: (M, HD) in z order (strided path) or
-                   * (N, H, N, D) at (i, h, j, d) (re-layout path) */
+  bf16 *o;        /* gated attention output: (M, HD) in z order */
 } ta_saved;
 
 static size_t saved_carve(ta_saved *s, void *base, int N, int H, int D) {
@@ -271,102 +156,14 @@ static size_t saved_carve(ta_saved *s, void *base, int N, int H, int D) {
 /* Chunk staging of R pair rows. */
 typedef struct {
   bf16 *xh;    /* (R, C) LN rows */
-  bf16 *P;     /* (R, ldp) projections, then their gradients */
-  bf16 *ocl;   /* (R, HD) gated output channel-last, then its gradient */
   bf16 *dd;    /* (R, C) dout ⊙ dropout mask (backward with a residual) */
   float *u;    /* (R, C) Δz before the residual (forward), dx̂ (backward) */
   float *part; /* (parts, 2C) LN parameter-gradient partials */
 } ta_stage;
 
-/* The workspace, carved as [pmt, mask, wpad, dwpad | Y: q, k, v, g, bias, dO | X: dq, dk, dv,
- * dg, dbias, attention workspace | staging, only when it cannot alias]. The staging lives inside X
- * during the forward and the backward's first phase (X is not yet written then) and inside
- * Y during the backward's last phase (q, k, v, g, bias and dO are dead after the attention
- * backward), with chunks of R rows small enough to fit both; when that would need chunks
- * under half the automatic size (tiny N), it gets its own region instead. */
-typedef struct {
-  uint8_t *pmt;            /* (N, N) pmᵀ (ending node with a pair mask) */
-  float *mask;             /* (N, C) dropout mask */
-  bf16 *wpad;              /* (ldp, C) w_qkvbg in P's column order, zero padding rows */
-  float *dwpad;            /* (ldp, C) its gradient over the chunks (backward) */
-  bf16 *q, *k, *v, *g;     /* (N, H, N, D) */
-  bf16 *bias;              /* (H, N, N) */
-  bf16 *dO;                /* (N, H, N, D) dL/d(gated output) (backward) */
-  bf16 *dq, *dk, *dv, *dg; /* (N, H, N, D) (backward) */
-  bf16 *dbias;             /* (H, N, N) (backward) */
-  void *att_ws;            /* the attention backward's workspace */
-  size_t att_ws_bytes;
-  int64_t R;               /* rows per chunk */
-  ta_stage sx;             /* staging of the forward and the backward's phase 1 */
-  ta_stage sy;             /* staging of the backward's phase 3 */
-} ta_ws;
-
-static int64_t ta_chunk(int N, int C, int H, int D) {
-  const int64_t M = (int64_t)N * N;
-  return mf_fusion_chunk_rows(M, (size_t)C * (2 + 2 + 4) + (size_t)ta_ldp(H, D) * 2 +
-                                     (size_t)H * D * 2);
-}
-
 static mf_attn_dims ta_dims(int N, int H, int D) {
   mf_attn_dims d = {1, N, H, N, N, D, 1.0 / sqrt((double)D)};
   return d;
-}
-
-static size_t stage_carve(ta_stage *st, void *base, int64_t R, int C, int H, int D) {
-  mf_carver cv = {(char *)base, 0};
-  st->xh = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
-  st->P = (bf16 *)mf_carve(&cv, (size_t)R * ta_ldp(H, D) * sizeof(bf16));
-  st->ocl = (bf16 *)mf_carve(&cv, (size_t)R * H * D * sizeof(bf16));
-  st->dd = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
-  st->u = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
-  st->part = (float *)mf_carve(&cv, (size_t)mf_ln_rows_backward_parts(R) * 2 * C * sizeof(float));
-  return cv.used;
-}
-
-static size_t ws_carve(ta_ws *w, void *base, int N, int C, int H, int D) {
-  const int64_t M = (int64_t)N * N, HD = (int64_t)H * D, R_auto = ta_chunk(N, C, H, D);
-  const size_t att = (size_t)M * HD * sizeof(bf16), bia = (size_t)M * H * sizeof(bf16);
-  mf_carver cv = {(char *)base, 0};
-  w->pmt = (uint8_t *)mf_carve(&cv, (size_t)M);
-  w->mask = (float *)mf_carve(&cv, (size_t)N * C * sizeof(float));
-  w->wpad = (bf16 *)mf_carve(&cv, (size_t)ta_ldp(H, D) * C * sizeof(bf16));
-  w->dwpad = (float *)mf_carve(&cv, (size_t)ta_ldp(H, D) * C * sizeof(float));
-  const size_t y0 = cv.used;
-  w->q = (bf16 *)mf_carve(&cv, att);
-  w->k = (bf16 *)mf_carve(&cv, att);
-  w->v = (bf16 *)mf_carve(&cv, att);
-  w->g = (bf16 *)mf_carve(&cv, att);
-  w->bias = (bf16 *)mf_carve(&cv, bia);
-  w->dO = (bf16 *)mf_carve(&cv, att);
-  const size_t x0 = cv.used;
-  w->dq = (bf16 *)mf_carve(&cv, att);
-  w->dk = (bf16 *)mf_carve(&cv, att);
-  w->dv = (bf16 *)mf_carve(&cv, att);
-  w->dg = (bf16 *)mf_carve(&cv, att);
-  w->dbias = (bf16 *)mf_carve(&cv, bia);
-  w->att_ws_bytes = mf_attention_backward_cuda_workspace(ta_dims(N, H, D), 1);
-  w->att_ws = mf_carve(&cv, w->att_ws_bytes);
-  const size_t x1 = cv.used, cap = x0 - y0 < x1 - x0 ? x0 - y0 : x1 - x0;
-
-  /* the largest R <= R_auto whose staging fits both regions (staging grows with R) */
-  ta_stage st;
-  int64_t lo = 0, hi = R_auto;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (stage_carve(&st, NULL, mid, C, H, D) <= cap) lo = mid;
-    else hi = mid - 1;
-  }
-  if (lo >= 1 && 2 * lo >= R_auto) { /* alias */
-    w->R = lo;
-    stage_carve(&w->sx, base ? (char *)base + x0 : NULL, lo, C, H, D);
-    stage_carve(&w->sy, base ? (char *)base + y0 : NULL, lo, C, H, D);
-  } else { /* a region of its own */
-    w->R = R_auto;
-    void *sep = mf_carve(&cv, stage_carve(&st, NULL, R_auto, C, H, D));
-    stage_carve(&w->sx, sep, R_auto, C, H, D);
-    w->sy = w->sx;
-  }
-  return cv.used;
 }
 
 extern "C" size_t mf_triatt_cuda_saved_bytes(int N, int C, int H, int D) {
@@ -375,22 +172,10 @@ extern "C" size_t mf_triatt_cuda_saved_bytes(int N, int C, int H, int D) {
   return saved_carve(&s, NULL, N, H, D);
 }
 
-/* 0: the strided path (the default), 1: the re-layout path (lab and timings). */
-static int g_path = 0;
-
-extern "C" int mf_triatt_cuda_set_path(int path) {
-  MF_ASSERT(path == 0 || path == 1, "triatt_cuda path %d", path);
-  const int old = g_path;
-  g_path = path;
-  return old;
-}
-
-static size_t ws2_size(int N, int C, int H, int D);
+static size_t ws_size(int N, int C, int H, int D);
 
 extern "C" size_t mf_triatt_cuda_workspace(int N, int C, int H, int D) {
-  if (g_path == 0) return ws2_size(N, C, H, D);
-  ta_ws w;
-  return ws_carve(&w, NULL, N, C, H, D);
+  return ws_size(N, C, H, D);
 }
 
 static void ta_check(const mf_triatt_cuda_weights *w, int N, int C, int H, int D, int starting,
@@ -446,142 +231,7 @@ static __global__ void ta_dw_unpad_kernel(float *__restrict__ dw, const float *_
   }
 }
 
-/* x̂ = LN(z) for chunk rows r0.. (statistics computed or read), P = x̂·w_qkvbgᵀ, scattered
- * into q, k, v, bias, g. */
-static void ta_project(ta_ws *b, const ta_stage *st, const ta_saved *s, const bf16 *z,
-                       const mf_triatt_cuda_weights *w, int N, int C, int H, int D, int starting,
-                       int64_t r0, int64_t rows, int use_saved, const mf_cuda_blas *blas,
-                       cudaStream_t stream) {
-  const int ldp = ta_ldp(H, D);
-  mf_ln_rows_cuda(st->xh, s->mu + r0, s->rs + r0, z + r0 * C, w->ln_g, w->ln_b, rows, C,
-                  MF_LN_FULL, use_saved, stream);
-  /* all ldp columns (the padding ones come out 0); b->wpad was filled by the caller */
-  const bf16 *wq = ta_bp(H) == H ? w->w_qkvbg : b->wpad;
-  mf_gemm_rm_cuda(blas, stream, 0, 1, rows, ldp, C, 1.0f, st->xh, C, wq, C, 0.0f, st->P,
-                  MF_GEMM_OUT_BF16, ldp);
-  launch_qkvbg(st->P, ldp, b->q, b->k, b->v, b->bias, b->g, N, H, D, r0, rows, starting, false,
-               stream);
-}
-
-/* ================================================================ forward */
-
-static void ta_forward_relayout(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
-                                const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
-                                int starting, const mf_resdrop_cuda *rd, void *ws,
-                                size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
-  const int64_t M = (int64_t)N * N;
-  const int HD = H * D;
-  ta_saved s;
-  saved_carve(&s, saved, N, H, D);
-  ta_ws b;
-  MF_ASSERT(ws_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
-  ws_carve(&b, ws, N, C, H, D);
-  const int64_t R = b.R;
-  const ta_stage *st = &b.sx;
-  if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
-  ta_wpad(b.wpad, w, C, H, D, stream);
-  const uint8_t *kmask = ta_key_mask(b.pmt, pm, N, starting, stream);
-
-  /* x̂ = LN(z); [q | k | v | b | g] = x̂·w_qkvbgᵀ → attention layout */
-  for (int64_t r0 = 0; r0 < M; r0 += R)
-    ta_project(&b, st, &s, z, w, N, C, H, D, starting, r0, M - r0 < R ? M - r0 : R, 0, blas,
-               stream);
-  /* o = σ(g) ⊙ attention(q, k, v, bias, key mask) */
-  mf_attention_forward_cuda(s.o, s.lse, b.q, b.k, b.v, b.bias, kmask, b.g, ta_dims(N, H, D),
-                            stream);
-  /* Δz = o·W_oᵀ (rows back in z order); out = Δz or out += mask ⊙ Δz */
-  for (int64_t r0 = 0; r0 < M; r0 += R) {
-    const int64_t rows = M - r0 < R ? M - r0 : R;
-    launch_heads(st->ocl, s.o, N, H, D, r0, rows, starting, false, stream);
-    if (rd) {
-      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, HD, 1.0f, st->ocl, HD, w->w_o, HD, 0.0f, st->u,
-                      MF_GEMM_OUT_F32, C);
-      launch_resdrop(out, st->u, b.mask, (int)rd->axis, N, r0, rows, C, stream);
-    } else {
-      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, HD, 1.0f, st->ocl, HD, w->w_o, HD, 0.0f,
-                      out + r0 * C, MF_GEMM_OUT_BF16, C);
-    }
-  }
-}
-
-/* ================================================================ backward */
-
-#define G(field) (g ? g->field : NULL)
-
-static void ta_backward_relayout(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dout,
-                                 const void *saved, const bf16 *z, const uint8_t *pm,
-                                 const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
-                                 int starting, const mf_resdrop_cuda *rd, void *ws,
-                                 size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
-  const int64_t M = (int64_t)N * N;
-  const int HD = H * D, ldp = ta_ldp(H, D);
-  ta_saved s;
-  saved_carve(&s, (void *)saved, N, H, D); /* read only below */
-  ta_ws b;
-  MF_ASSERT(ws_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
-  ws_carve(&b, ws, N, C, H, D);
-  const int64_t R = b.R;
-  const ta_stage *st = &b.sx; /* inside dq.. (not yet written) */
-  if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
-  const bf16 *wq = ta_wpad(b.wpad, w, C, H, D, stream);
-  if (G(w_qkvbg))
-    MF_CHECK_CUDA(cudaMemsetAsync(b.dwpad, 0, (size_t)ldp * C * sizeof(float), stream));
-  const uint8_t *kmask = ta_key_mask(b.pmt, pm, N, starting, stream);
-
-  /* phase 1, per chunk: q, k, v, bias, g recomputed; out = o·W_oᵀ with dΔz = dout (⊙ mask)
-   *   ⇒ dW_o += dΔzᵀ·o,  dO = dΔz·W_o (scattered to the attention layout) */
-  for (int64_t r0 = 0; r0 < M; r0 += R) {
-    const int64_t rows = M - r0 < R ? M - r0 : R;
-    ta_project(&b, st, &s, z, w, N, C, H, D, starting, r0, rows, 1, blas, stream);
-    const bf16 *dd = dout + r0 * C;
-    if (rd) {
-      launch_dropbwd(st->dd, dout, b.mask, (int)rd->axis, N, r0, rows, C, stream);
-      dd = st->dd;
-    }
-    if (G(w_o)) {
-      launch_heads(st->ocl, s.o, N, H, D, r0, rows, starting, false, stream);
-      mf_gemm_rm_cuda(blas, stream, 1, 0, C, HD, rows, 1.0f, dd, C, st->ocl, HD, 1.0f, G(w_o),
-                      MF_GEMM_OUT_F32, HD);
-    }
-    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, HD, C, 1.0f, dd, C, w->w_o, HD, 0.0f, st->ocl,
-                    MF_GEMM_OUT_BF16, HD);
-    launch_heads(st->ocl, b.dO, N, H, D, r0, rows, starting, true, stream);
-  }
-
-  /* phase 2: the attention (all its gradients assign) */
-  mf_attention_backward_cuda(b.dq, b.dk, b.dv, b.dbias, b.dg, b.dO, s.o, s.lse, b.q, b.k, b.v,
-                             b.bias, kmask, b.g, ta_dims(N, H, D), b.att_ws, b.att_ws_bytes,
-                             stream);
-
-  /* phase 3, per chunk: dP = [dq | dk | dv | dbias | dg] in pair rows
-   *   ⇒ dw_qkvbg += dPᵀ·x̂,  dx̂ = dP·w_qkvbg,  dz = LN backward (assign, or add with rd)
-   * (staging now inside q, k, v, g, bias, dO: dead after the attention backward) */
-  st = &b.sy;
-  for (int64_t r0 = 0; r0 < M; r0 += R) {
-    const int64_t rows = M - r0 < R ? M - r0 : R;
-    mf_ln_rows_cuda(st->xh, s.mu + r0, s.rs + r0, z + r0 * C, w->ln_g, w->ln_b, rows, C,
-                    MF_LN_FULL, 1, stream);
-    launch_qkvbg(st->P, ldp, b.dq, b.dk, b.dv, b.dbias, b.dg, N, H, D, r0, rows, starting, true,
-                 stream);
-    if (G(w_qkvbg))
-      mf_gemm_rm_cuda(blas, stream, 1, 0, ldp, C, rows, 1.0f, st->P, ldp, st->xh, C, 1.0f,
-                      b.dwpad, MF_GEMM_OUT_F32, C);
-    /* over all ldp rows: dP's padding columns are 0 (the gather writes them) */
-    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, ldp, 1.0f, st->P, ldp, wq, C, 0.0f, st->u,
-                    MF_GEMM_OUT_F32, C);
-    mf_ln_rows_backward_cuda(dz + r0 * C, st->part, st->u, z + r0 * C, s.mu + r0, s.rs + r0, w->ln_g,
-                             rows, C, MF_LN_FULL, rd ? 1 : 0, stream);
-    mf_ln_param_grad_reduce_cuda(G(ln_g), G(ln_b), st->part, mf_ln_rows_backward_parts(rows), C,
-                                 stream);
-  }
-  if (G(w_qkvbg)) {
-    ta_dw_unpad_kernel<<<mf_ew_blocks((int64_t)(4 * HD + H) * C), 256, 0, stream>>>(
-        G(w_qkvbg), b.dwpad, C, H, D);
-    MF_CHECK_LAUNCH();
-  }
-}
-
-/* ================================================================ the strided path
+/* ================================================================ the passes
  *
  * No re-layout of q, k, v, g, o: P (M, ldp) holds the projections of ALL pair rows in z
  * order (each chunk's GEMM writes its rows in place) and EvoFlash-3D reads q, k, v and
@@ -606,19 +256,17 @@ typedef struct {
   int64_t R;         /* rows per chunk */
   ta_stage sx;       /* staging of the forward and the backward's phase 1 (in dbias, att_ws) */
   ta_stage sy;       /* staging of the backward's phase 3 (in P, bias: dead by then) */
-} ta_ws2;
+} ta_ws;
 
 /* Chunks of at least this many rows are large enough for the GEMMs to alias the staging
  * into the whole-tensor buffers rather than take a region of its own. */
-#define TA2_MIN_ALIAS_ROWS 16384
+#define TA_MIN_ALIAS_ROWS 16384
 
-/* Staging of the strided path: LN rows, dout ⊙ mask, fp32 rows, LN partials (no
+/* Chunk staging: LN rows, dout ⊙ mask, fp32 rows, LN partials (no
  * projection or output rows: the GEMMs use P, dP and o in place). */
-static size_t stage2_carve(ta_stage *st, void *base, int64_t R, int C) {
+static size_t stage_carve(ta_stage *st, void *base, int64_t R, int C) {
   mf_carver cv = {(char *)base, 0};
   st->xh = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
-  st->P = NULL;
-  st->ocl = NULL;
   st->dd = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
   st->u = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
   st->part = (float *)mf_carve(&cv, (size_t)mf_ln_rows_backward_parts(R) * 2 * C * sizeof(float));
@@ -628,7 +276,7 @@ static size_t stage2_carve(ta_stage *st, void *base, int64_t R, int C) {
 /* [pmt, mask, wpad, dwpad | Y: P, bias | X: dP, dbias, att_ws | staging, only when it
  * cannot alias]: sx inside [dbias, att_ws] (not live in the forward or the backward's
  * phase 1, while dP's g columns are), sy inside Y. */
-static size_t ws2_carve(ta_ws2 *w, void *base, int N, int C, int H, int D) {
+static size_t ws_carve(ta_ws *w, void *base, int N, int C, int H, int D) {
   const int64_t M = (int64_t)N * N;
   const int64_t R_auto = mf_fusion_chunk_rows(M, (size_t)C * (2 + 2 + 4));
   const size_t pb = (size_t)M * ta_ldp(H, D) * sizeof(bf16), bia = (size_t)M * H * sizeof(bf16);
@@ -652,31 +300,31 @@ static size_t ws2_carve(ta_ws2 *w, void *base, int N, int C, int H, int D) {
   int64_t lo = 0, hi = R_auto;
   while (lo < hi) {
     const int64_t mid = (lo + hi + 1) / 2;
-    if (stage2_carve(&st, NULL, mid, C) <= cap) lo = mid;
+    if (stage_carve(&st, NULL, mid, C) <= cap) lo = mid;
     else hi = mid - 1;
   }
-  /* alias when chunks of at least half the automatic size fit (chunks of lo rows, as the
-   * re-layout path), or else of at least TA2_MIN_ALIAS_ROWS rows (then balanced chunks:
-   * e.g. N = 384, where one chunk of all 147456 rows would need 144 MiB of staging beside
-   * [dbias, att_ws]'s 61 MiB; three chunks alias) */
-  if (lo >= 1 && (2 * lo >= R_auto || lo >= TA2_MIN_ALIAS_ROWS)) { /* alias */
+  /* alias when chunks of at least half the automatic size fit (chunks of lo rows), or else
+   * of at least TA_MIN_ALIAS_ROWS rows (then balanced chunks: e.g. N = 384, where one
+   * chunk of all 147456 rows would need 144 MiB of staging beside [dbias, att_ws]'s
+   * 61 MiB; three chunks alias) */
+  if (lo >= 1 && (2 * lo >= R_auto || lo >= TA_MIN_ALIAS_ROWS)) { /* alias */
     const int64_t chunks = (M + lo - 1) / lo;
     const int64_t R = 2 * lo >= R_auto ? lo : (M + chunks - 1) / chunks; /* R <= lo */
     w->R = R;
-    stage2_carve(&w->sx, base ? (char *)base + xs : NULL, R, C);
-    stage2_carve(&w->sy, base ? (char *)base + y0 : NULL, R, C);
+    stage_carve(&w->sx, base ? (char *)base + xs : NULL, R, C);
+    stage_carve(&w->sy, base ? (char *)base + y0 : NULL, R, C);
   } else { /* a region of its own */
     w->R = R_auto;
-    void *sep = mf_carve(&cv, stage2_carve(&st, NULL, R_auto, C));
-    stage2_carve(&w->sx, sep, R_auto, C);
+    void *sep = mf_carve(&cv, stage_carve(&st, NULL, R_auto, C));
+    stage_carve(&w->sx, sep, R_auto, C);
     w->sy = w->sx;
   }
   return cv.used;
 }
 
-static size_t ws2_size(int N, int C, int H, int D) {
-  ta_ws2 w;
-  return ws2_carve(&w, NULL, N, C, H, D);
+static size_t ws_size(int N, int C, int H, int D) {
+  ta_ws w;
+  return ws_carve(&w, NULL, N, C, H, D);
 }
 
 /* The attention problem's views of P / dP (q, k, v, gate, dq, dk, dv, dgate, dout) and of
@@ -700,10 +348,10 @@ static void launch_bias(bf16 *P, bf16 *bias, int N, int H, int D, int starting, 
 
 /* x̂ = LN(z) for chunk rows r0.. (statistics computed or read) and their projections
  * P rows r0.. = x̂·wqᵀ (all ldp columns; the padding ones come out 0). */
-static void ta2_project(const ta_ws2 *b, const ta_stage *st, const ta_saved *s, const bf16 *z,
-                        const mf_triatt_cuda_weights *w, const bf16 *wq, int C, int H, int D,
-                        int64_t r0, int64_t rows, int use_saved, const mf_cuda_blas *blas,
-                        cudaStream_t stream) {
+static void ta_project(const ta_ws *b, const ta_stage *st, const ta_saved *s, const bf16 *z,
+                       const mf_triatt_cuda_weights *w, const bf16 *wq, int C, int H, int D,
+                       int64_t r0, int64_t rows, int use_saved, const mf_cuda_blas *blas,
+                       cudaStream_t stream) {
   const int ldp = ta_ldp(H, D);
   mf_ln_rows_cuda(st->xh, s->mu + r0, s->rs + r0, z + r0 * C, w->ln_g, w->ln_b, rows, C,
                   MF_LN_FULL, use_saved, stream);
@@ -711,17 +359,17 @@ static void ta2_project(const ta_ws2 *b, const ta_stage *st, const ta_saved *s, 
                   b->P + r0 * ldp, MF_GEMM_OUT_BF16, ldp);
 }
 
-static void ta_forward_strided(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
-                               const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
-                               int starting, const mf_resdrop_cuda *rd, void *ws,
-                               size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
+static void ta_forward(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
+                       const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
+                       int starting, const mf_resdrop_cuda *rd, void *ws,
+                       size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
   const int64_t M = (int64_t)N * N;
   const int HD = H * D, goff = 3 * HD + ta_bp(H);
   ta_saved s;
   saved_carve(&s, saved, N, H, D);
-  ta_ws2 b;
-  MF_ASSERT(ws2_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
-  ws2_carve(&b, ws, N, C, H, D);
+  ta_ws b;
+  MF_ASSERT(ws_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
+  ws_carve(&b, ws, N, C, H, D);
   const int64_t R = b.R;
   const ta_stage *st = &b.sx;
   if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
@@ -730,7 +378,7 @@ static void ta_forward_strided(bf16 *out, void *saved, const bf16 *z, const uint
 
   /* x̂ = LN(z); P = x̂·w_qkvbgᵀ in z order; the bias columns → (H, N, N) */
   for (int64_t r0 = 0; r0 < M; r0 += R)
-    ta2_project(&b, st, &s, z, w, wq, C, H, D, r0, M - r0 < R ? M - r0 : R, 0, blas, stream);
+    ta_project(&b, st, &s, z, w, wq, C, H, D, r0, M - r0 < R ? M - r0 : R, 0, blas, stream);
   launch_bias(b.P, b.bias, N, H, D, starting, false, stream);
   /* o = σ(g) ⊙ attention(q, k, v, bias, key mask), on views of P, into o in z order */
   const mf_attn_views vw = ta_views(N, H, D, starting);
@@ -750,18 +398,20 @@ static void ta_forward_strided(bf16 *out, void *saved, const bf16 *z, const uint
   }
 }
 
-static void ta_backward_strided(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dout,
-                                const void *saved, const bf16 *z, const uint8_t *pm,
-                                const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
-                                int starting, const mf_resdrop_cuda *rd, void *ws,
-                                size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
+#define G(field) (g ? g->field : NULL)
+
+static void ta_backward(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dout,
+                        const void *saved, const bf16 *z, const uint8_t *pm,
+                        const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
+                        int starting, const mf_resdrop_cuda *rd, void *ws,
+                        size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
   const int64_t M = (int64_t)N * N;
   const int HD = H * D, ldp = ta_ldp(H, D), goff = 3 * HD + ta_bp(H);
   ta_saved s;
   saved_carve(&s, (void *)saved, N, H, D); /* read only below */
-  ta_ws2 b;
-  MF_ASSERT(ws2_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
-  ws2_carve(&b, ws, N, C, H, D);
+  ta_ws b;
+  MF_ASSERT(ws_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
+  ws_carve(&b, ws, N, C, H, D);
   const int64_t R = b.R;
   const ta_stage *st = &b.sx; /* inside dbias, att_ws (not yet written) */
   if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
@@ -774,7 +424,7 @@ static void ta_backward_strided(bf16 *dz, const mf_triatt_cuda_grads *g, const b
    *   ⇒ dW_o += dΔzᵀ·o,  dO = dΔz·W_o into dP's g columns */
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
-    ta2_project(&b, st, &s, z, w, wq, C, H, D, r0, rows, 1, blas, stream);
+    ta_project(&b, st, &s, z, w, wq, C, H, D, r0, rows, 1, blas, stream);
     const bf16 *dd = dout + r0 * C;
     if (rd) {
       launch_dropbwd(st->dd, dout, b.mask, (int)rd->axis, N, r0, rows, C, stream);
@@ -831,10 +481,7 @@ extern "C" void mf_triatt_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
                                        cudaStream_t stream) {
   ta_check(w, N, C, H, D, starting, rd);
   MF_ASSERT(out && saved && z && ws, "triatt_forward_cuda: NULL argument");
-  if (g_path == 0)
-    ta_forward_strided(out, saved, z, pm, w, N, C, H, D, starting, rd, ws, ws_bytes, blas, stream);
-  else
-    ta_forward_relayout(out, saved, z, pm, w, N, C, H, D, starting, rd, ws, ws_bytes, blas, stream);
+  ta_forward(out, saved, z, pm, w, N, C, H, D, starting, rd, ws, ws_bytes, blas, stream);
 }
 
 extern "C" void mf_triatt_backward_cuda(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dout,
@@ -845,10 +492,6 @@ extern "C" void mf_triatt_backward_cuda(bf16 *dz, const mf_triatt_cuda_grads *g,
                                         cudaStream_t stream) {
   ta_check(w, N, C, H, D, starting, rd);
   MF_ASSERT(dz && dout && saved && z && ws, "triatt_backward_cuda: NULL argument");
-  if (g_path == 0)
-    ta_backward_strided(dz, g, dout, saved, z, pm, w, N, C, H, D, starting, rd, ws, ws_bytes, blas,
-                        stream);
-  else
-    ta_backward_relayout(dz, g, dout, saved, z, pm, w, N, C, H, D, starting, rd, ws, ws_bytes, blas,
-                         stream);
+  ta_backward(dz, g, dout, saved, z, pm, w, N, C, H, D, starting, rd, ws, ws_bytes, blas,
+              stream);
 }

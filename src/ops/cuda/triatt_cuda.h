@@ -23,8 +23,8 @@
  * strided attention backward's workspace — about N²·(4·ldp + 4·H + 4·H + 2·H·D + 40·H)
  * bytes — with the chunk staging (LN rows, fp32 rows; mf_fusion_chunk_rows) aliased into
  * the buffers not live in each phase: ≈ 356 MiB at N = 384, 1423 MiB at N = 768
- * (C = 128, H = 4, D = 32; the re-layout path, mf_triatt_cuda_set_path(1): 384 MiB,
- * 1496 MiB).
+ * (C = 128, H = 4, D = 32; the re-layout path this replaced took 384 MiB, 1496 MiB; it was
+ * removed and lives in git history at commit 21eb25c).
  *
  * Gradient contract (as trimul_cuda.h): parameter gradients ACCUMULATE (fp32; a NULL field
  * or struct skips); dz ASSIGNS — except with a residual (rd != NULL), where dz ACCUMULATES
@@ -81,12 +81,6 @@ void mf_triatt_backward_cuda(__nv_bfloat16 *dz, const mf_triatt_cuda_grads *g,
                              const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
                              int starting, const mf_resdrop_cuda *rd, void *ws, size_t ws_bytes,
                              const mf_cuda_blas *blas, cudaStream_t stream);
-
-/* The implementation: 0 = strided (the default: the attention runs on views of the
- * projection matrix, see the header comment), 1 = the re-layout path it replaced (kept for
- * side-by-side timings; its workspace is larger). mf_triatt_cuda_workspace() answers for
- * the current one; forward and backward must run on the same one. Returns the previous. */
-int mf_triatt_cuda_set_path(int path);
 
 #ifdef __cplusplus
 }
