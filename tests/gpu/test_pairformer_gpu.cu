@@ -427,10 +427,11 @@ static void check_crop_below_plan(void) {
     MF_TEST(same, "block workspace monotone up to N = 1024 and block_workspace_upto equal to it");
     return;
   }
-  int upto_ok = 1;
-  for (int n = 1; n <= m; n++)
-    upto_ok &= mf_pf_cuda_block_workspace_upto(&c, m) >= mf_pf_cuda_block_workspace(&c, n);
-  MF_TEST(upto_ok, "block_workspace_upto(%d) covers every crop up to it", m);
+  /* the envelope at m is the largest workspace below it (n_best's), not m's own */
+  MF_TEST(mf_pf_cuda_block_workspace_upto(&c, m) == best &&
+              mf_pf_cuda_block_workspace(&c, m) < best,
+          "block_workspace_upto(%d) = %zu, the workspace at N = %d (its own: %zu)", m,
+          mf_pf_cuda_block_workspace_upto(&c, m), n_best, mf_pf_cuda_block_workspace(&c, m));
   problem P;
   problem_make(&P, c, 1, n_best, 1, 1, 21);
   gpu_results a, b;

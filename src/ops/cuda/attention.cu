@@ -45,6 +45,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <atomic>
+
 #define ATT_BQ 64
 #define ATT_BK 64
 #define ATT_WARPS 4
@@ -372,7 +374,8 @@ typedef struct {
   int nqb, nkb;     /* query / key tiles */
   float scale;
   int rs;           /* dbias pass: rows r split into rs ranges (1: no split) */
-  float *dbp;       /* rs > 1: (rs,B,H,Q,K) fp32 partial sums (scratch in dq's buffer) */
+  float *dbp;       /* rs > 1: (rs,B,H,Q,K) fp32 partial sums (dq's packed buffer or the
+                     * workspace's scratch, whichever is larger) */
   float *dqacc;     /* fused pass, global mode: (grid, nqb·64, DP) fp32 dQ accumulators */
   /* element strides of the views (mf_attn_views); sdO: dO's (packed when it is the
    * workspace's gated copy, else dout's) */
@@ -1380,17 +1383,35 @@ static size_t fused_smem(int DP, bool gacc, int nqb) {
   return 6 * tile_bytes(DP) + 2 * bias_bytes() + (size_t)ATT_BK * (ATT_BQ + 8) * sizeof(bf16) +
          4 * ATT_BQ * sizeof(float) + acc + ATT_MS;
 }
+/* CTAs per SM of the fused pass in mode GACC (0: it does not fit this GPU's shared
+ * memory); *slots = SMs × that. The global mode's shared memory does not depend on nqb,
+ * so its answer is cached per device: the workspace sizer asks for every crop up to N_max
+ * (mf_pf_cuda_block_workspace_upto), and each uncached answer costs five CUDA calls. */
+#define ATT_OCC_DEVICES 64
 template <int DP, bool GACC>
 static int fused_occupancy(int nqb, int64_t *slots) {
+  static std::atomic<int> cache[ATT_OCC_DEVICES]; /* (sms << 8 | per_sm) + 1; 0 = unknown */
+  int dev = 0;
+  MF_CHECK_CUDA(cudaGetDevice(&dev));
+  const bool cached = GACC && dev >= 0 && dev < ATT_OCC_DEVICES;
+  if (cached) {
+    const int c = cache[dev].load(std::memory_order_relaxed);
+    if (c > 0) {
+      if (slots) *slots = (int64_t)((c - 1) >> 8) * ((c - 1) & 255);
+      return (c - 1) & 255;
+    }
+  }
   const size_t smem = fused_smem(DP, GACC, nqb);
   auto kern = fused_kernel<DP, GACC, ATT_FUSED_SCHED>;
-  int dev = 0, sms = 0, per_sm = 0, maxs = 0;
-  MF_CHECK_CUDA(cudaGetDevice(&dev));
+  int sms = 0, per_sm = 0, maxs = 0;
   MF_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   MF_CHECK_CUDA(cudaDeviceGetAttribute(&maxs, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (smem > (size_t)maxs) return 0;
-  MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, ATT_THREADS, smem));
+  if (smem <= (size_t)maxs) {
+    MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, ATT_THREADS, smem));
+  }
+  if (per_sm > 255) per_sm = 255;
+  if (cached) cache[dev].store(((sms << 8) | per_sm) + 1, std::memory_order_relaxed);
   if (slots) *slots = (int64_t)sms * per_sm;
   return per_sm;
 }
@@ -1437,7 +1458,9 @@ static void backward_dp(const att_params &p, bool want_dkdv, bool want_dq, bool 
                         bool dq_packed, float *scratch, size_t scratch_bytes, cudaStream_t stream) {
   const att_cfgs c = pick_cfgs(p);
   const int v = effective_variant();
-  const bool fused = MMA && v >= 7 && p.R > 1 && want_dkdv && want_dq;
+  /* the fused pass where it fits this GPU (global mode; else the dK/dV and dQ passes) */
+  const bool fused = MMA && v >= 7 && p.R > 1 && want_dkdv && want_dq &&
+                     fused_occupancy<DP, true>(p.nqb, NULL) > 0;
   if (want_dkdv && !fused) with_cfg<DP, MMA>(c.dkdv, dkdv_launch<DP, MMA>{p, stream});
   const bool dbias_in_dq = want_dbias && want_dq && p.R == 1; /* R = 1: layout (1, 1) */
   if (want_dbias && !dbias_in_dq) {

@@ -23,9 +23,10 @@
  * same order every run and on every GPU (and whichever memory holds the accumulator).
  * dbias = Σ_r dS is reduced by a pass that owns each (q, k) tile and loops over r in
  * fp32 registers: no float atomics, so two runs are bit-identical. When
- * that pass's grid is short of full waves and dq is wanted, r is split into a few ranges
- * whose fp32 partial sums borrow dq's buffer (before dq is computed) and are summed in
- * range order: still deterministic, and no memory beyond the arguments and workspace.
+ * that pass's grid is short of full waves, r is split into a few ranges whose fp32
+ * partial sums go to dq's buffer (when dq is wanted and packed; before dq is computed) or
+ * to the workspace's scratch (R > 1), whichever is larger, and are summed in range order:
+ * still deterministic, and no memory beyond the arguments and workspace.
  * The number of ranges follows from the grid and the GPU's SM count and occupancy, so
  * results are bit-identical run to run on one GPU model; another model (another SM count)
  * may round dbias differently.

@@ -608,6 +608,9 @@ extern "C" int mf_ln_gemm_bwd_cuda(int kind, bf16 *dinp, int add, float *part, b
   MF_ASSERT(mode == MF_LN_NONE || gamma, "ln_gemm_bwd: gamma required");
   MF_ASSERT(mode != MF_LN_FULL || beta, "ln_gemm_bwd: beta required");
   MF_ASSERT(!dinp || ((uintptr_t)dinp & 3) == 0, "ln_gemm_bwd: dinp alignment");
+  /* y is written with 8-byte stores, s1 and s2 with up to 16-byte ones, dcopy likewise */
+  MF_ASSERT(lgb_aligned(y) && lgb_aligned(s1) && lgb_aligned(s2) && lgb_aligned(dcopy),
+            "ln_gemm_bwd: y, s1, s2 and dcopy must be 16-byte aligned");
   if (rows <= 0) return 0;
   lgb_params p = {dinp, part, y, s1, s2, dcopy, dout, mean, rstd, inp, gamma, beta, w, w_o, mask,
                   rows, O, (int)mode, add};

@@ -52,7 +52,8 @@ enum { MF_LGB_LINEAR = 0, MF_LGB_GATED = 1, MF_LGB_SWIGLU = 2 };
  * LINEAR. */
 int mf_ln_gemm_bwd_set_variant(int variant);
 
-/* Whether the fused kernel takes this shape: variant 1 in force, C 64 or 128, O % 64 == 0
+/* Whether the fused kernel takes this shape: one of its configurations (1..3) in force for
+ * this kind, C 64 or 128, O % 64 == 0
  * (O <= 256 for LINEAR / GATED), mode FULL/SCALE/NONE, the given pointers 16-byte aligned
  * (NULL ones ignored). */
 int mf_ln_gemm_bwd_supported(int kind, int C, int O, mf_ln_mode mode, const void *p0,
@@ -70,6 +71,7 @@ int mf_ln_gemm_bwd_parts(int64_t rows);
  * dW_o GEMM when dinp overwrites dout in place. dout (rows, O) (LINEAR,
  * GATED) or (rows, C) (SWIGLU); mean, rstd (rows); inp (rows, C); gamma, beta (C);
  * w (O, C) (LINEAR) or (2O, C); w_o (C, O) (SWIGLU); mask (rows) or NULL (GATED).
+ * y, s1, s2 and dcopy must be 16-byte aligned (asserted), dinp 4-byte aligned.
  * Returns the number of partial rows written (pass it to mf_ln_param_grad_reduce_cuda). */
 int mf_ln_gemm_bwd_cuda(int kind, __nv_bfloat16 *dinp, int add, float *part, __nv_bfloat16 *y,
                         __nv_bfloat16 *s1, __nv_bfloat16 *s2, __nv_bfloat16 *dcopy,

@@ -22,7 +22,8 @@
  *
  * Limits (the *_supported() checks; callers fall back to the staging + cuBLAS path
  * otherwise): ln_gemm: C in {64, 128, 192, 256}, O % 16 == 0, W fits in shared memory next
- * to the tiles (C = 128: up to 384 accumulator columns, i.e. O ≤ 384 plain, O ≤ 192 gated),
+ * to the tiles (C = 128: O ≤ 336 plain and ≤ 192 gated with double-buffered row tiles,
+ * ≤ 464 and ≤ 256 single-buffered; 227 KiB of shared memory per block, as on sm_90),
  * 16-byte aligned pointers. transition: C in {64, 128}, Hd % 64 == 0, Hd ≥ 128, 16-byte
  * aligned pointers. Modes FULL/SCALE/NONE and IDENTITY (x̂ = x; mean, rstd untouched and
  * may be NULL). Deterministic (no atomics; fixed reduction order). Not the CPU reference,

@@ -203,6 +203,10 @@ static void tr_backward(bf16 *dinp, float *dgamma, float *dbeta, float *dw_ab, f
   const int fused = !ident && (!dinp || ((uintptr_t)dinp & 3) == 0) &&
                     mf_ln_gemm_bwd_supported(MF_LGB_SWIGLU, C, Hd, mode, inp, dout, w_ab, w_o);
   const int alias = dinp && dw_o && (const bf16 *)dinp < dout + M * C && dout < dinp + M * C;
+  /* in place means the same rows: a partial overlap would race between CTAs */
+  MF_ASSERT(!dinp || (const bf16 *)dinp == dout || (const bf16 *)dinp >= dout + M * C ||
+                dout >= dinp + M * C,
+            "transition backward: dinp must equal dout or not overlap it");
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
     const bf16 *dy = dout + r0 * C; /* (rows, C) */
