@@ -37,7 +37,9 @@ extrapolated beyond the largest measured N. The largest N is the largest with pe
 the GPU memory free at the start of this process minus --margin-gib (2, as ours), and below
 any N at which one block or the measured stack already ran out of memory. "optimistic_N"
 is the same with W = 1.
-Where the stack itself was measured, its peak and the model's value are both recorded.
+Where the stack itself was measured, its peak and the model's value are both recorded, and
+"calibrated_N" uses the W (clamped to [1, L]) that reproduces the measured peak at the
+largest measured N ("w_eff"): the likeliest of the three.
 """
 import argparse, gc, importlib.util, json, os, time
 
@@ -263,8 +265,20 @@ for v in (PEERS_ALL if args.estimate_from else variants):
               for r in rows if r["variant"] == v and r["scope"] == "stack48" and "peak_gib" in r]
     if checks:
         e["stack_measured"] = checks
+        # calibrated: the number of one-block working peaks W that reproduces the measured
+        # stack peak at its largest N (measured = W·P1 + (L − W)·inputs, weights excluded),
+        # clamped to [1, L], then the largest N with that W
+        c = max(checks, key=lambda r: r["N"])
+        Nc, inp = c["N"], (c["N"] ** 2 * CZ + c["N"] * CS) * 2
+        p1 = a * Nc ** 2 + b * Nc ** 3
+        if p1 > inp:
+            w_eff = min(max((c["measured_gib"] * GIB - args.L * inp) / (p1 - inp), 1.0), float(args.L))
+            e["w_eff"] = round(w_eff, 3)
+            e["calibrated_N"] = largest(a, b, w_eff, args.L, cap, lim)
     maxn[v] = e
-    print(f"largest N (estimated) {v:13s} {n:5d} (optimistic {e['optimistic_N']}), fit on N = "
+    cal = (f", calibrated on the measured stack {e['calibrated_N']} (W = {e['w_eff']})"
+           if "calibrated_N" in e else "")
+    print(f"largest N (estimated) {v:13s} {n:5d} (optimistic {e['optimistic_N']}{cal}), fit on N = "
           f"{e['fit_ns']}, a = {a:.4g} B/N², b = {b:.4g} B/N³", flush=True)
 res["max_n"] = maxn
 res["wall_s"] = round(time.time() - t0, 1)

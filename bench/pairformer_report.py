@@ -188,9 +188,15 @@ if max_n:
         chk = ""
         for c in e.get("stack_measured", []):
             chk += f"; stack measured at N = {c['N']}: {c['measured_gib']:.1f} GiB (model {c['model_gib']:.1f})"
-        print(f"| {NAME[v]} | per block (torch.utils.checkpoint) | ≈{e['N']}–{e['optimistic_N']} "
-              f"| estimated: 4 one-block peaks + 44 block inputs (low end) or 1 + 47 (high end)"
-              f"{ext}{oom}{chk} |")
+        if "calibrated_N" in e:
+            print(f"| {NAME[v]} | per block (torch.utils.checkpoint) | ≈{e['calibrated_N']} "
+                  f"(range {e['N']}–{e['optimistic_N']}) | estimated, calibrated on the measured "
+                  f"stack: {e['w_eff']:.2f} one-block peaks + the other block inputs reproduce its "
+                  f"peak; range: 4 peaks + 44 inputs to 1 + 47{ext}{oom}{chk} |")
+        else:
+            print(f"| {NAME[v]} | per block (torch.utils.checkpoint) | ≈{e['N']}–{e['optimistic_N']} "
+                  f"| estimated: 4 one-block peaks + 44 block inputs (low end) or 1 + 47 (high end)"
+                  f"{ext}{oom}{chk} |")
     if any(v in max_n for v in PEERS):
         e = next(max_n[v] for v in PEERS if v in max_n)
         print(f"\nPeer estimate model: {e['model']}; fitted on the measured one-block peaks; "
