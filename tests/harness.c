@@ -88,6 +88,20 @@ int mf_test_close_at(const char *file, int line, const char *what, const double 
                        what, e, tol, (long long)n, mf_test_maxabs(got, ref, n));
 }
 
+int mf_test_accumulates_at(const char *file, int line, const char *tag, const char *name,
+                           const double *got, const double *grad, int64_t n, uint64_t seed,
+                           double tol) {
+  double *r = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+  if (!r) abort();
+  mf_test_randn(r, n, seed, 1.0);
+  for (int64_t i = 0; i < n; i++) r[i] += grad[i];
+  char what[200];
+  snprintf(what, sizeof what, "%s %s accumulates", tag, name);
+  int ok = mf_test_close_at(file, line, what, got, r, n, tol);
+  free(r);
+  return ok;
+}
+
 void mf_test_randn(double *x, int64_t n, uint64_t seed, double scale) {
   uint64_t stream = ((uint64_t)MF_RNG_TEST << 12);
   for (int64_t i = 0; i < n; i++) x[i] = scale * (double)mf_philox_normal(seed, stream, (uint64_t)i);

@@ -28,6 +28,14 @@ double mf_test_maxabs(const double *got, const double *ref, int64_t n);
 int mf_test_close_at(const char *file, int line, const char *what, const double *got,
                      const double *ref, int64_t n, double tol);
 #define mf_test_close(...) mf_test_close_at(__FILE__, __LINE__, __VA_ARGS__)
+/* The gradient contract "parameter gradients accumulate": got started as
+ * mf_test_randn(got, n, seed, 1.0) and a backward then added to it; grad is that backward's
+ * gradient from zero. Counted check that relerr(got, start + grad) <= tol, named
+ * "<tag> <name> accumulates". */
+int mf_test_accumulates_at(const char *file, int line, const char *tag, const char *name,
+                           const double *got, const double *grad, int64_t n, uint64_t seed,
+                           double tol);
+#define mf_test_accumulates(...) mf_test_accumulates_at(__FILE__, __LINE__, __VA_ARGS__)
 
 /* Random inputs from the Philox stream MF_RNG_TEST (deterministic per seed). */
 void mf_test_randn(double *x, int64_t n, uint64_t seed, double scale);

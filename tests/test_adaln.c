@@ -97,7 +97,6 @@ static void test_adaln_case(int64_t M, int Ca, int Cs, int with_bias, uint64_t s
   /* contract: da, ds assign over existing values; parameter gradients add to them */
   double *e = mf_test_alloc(MA), *es = mf_test_alloc(MS), *egs = mf_test_alloc(Cs);
   double *ewg = mf_test_alloc(AS), *ebg = mf_test_alloc(Ca), *ewb = mf_test_alloc(AS);
-  double *r = mf_test_alloc(AS);
   mf_test_randn(e, MA, seed + 7, 1.0);
   mf_test_randn(es, MS, seed + 8, 1.0);
   mf_test_randn(egs, Cs, seed + 9, 1.0);
@@ -110,24 +109,10 @@ static void test_adaln_case(int64_t M, int Ca, int Cs, int with_bias, uint64_t s
   mf_test_close(what, e, da, MA, 1e-13);
   snprintf(what, sizeof what, "%s ds assigns", tag);
   mf_test_close(what, es, ds, MS, 1e-13);
-  mf_test_randn(r, Cs, seed + 9, 1.0);
-  for (int k = 0; k < Cs; k++) r[k] += dgs[k];
-  snprintf(what, sizeof what, "%s dgamma_s accumulates", tag);
-  mf_test_close(what, egs, r, Cs, 1e-13);
-  mf_test_randn(r, AS, seed + 10, 1.0);
-  for (int64_t i = 0; i < AS; i++) r[i] += dwg[i];
-  snprintf(what, sizeof what, "%s dw_gamma accumulates", tag);
-  mf_test_close(what, ewg, r, AS, 1e-13);
-  mf_test_randn(r, AS, seed + 12, 1.0);
-  for (int64_t i = 0; i < AS; i++) r[i] += dwb[i];
-  snprintf(what, sizeof what, "%s dw_beta accumulates", tag);
-  mf_test_close(what, ewb, r, AS, 1e-13);
-  if (bg) {
-    mf_test_randn(r, Ca, seed + 11, 1.0);
-    for (int c = 0; c < Ca; c++) r[c] += dbg[c];
-    snprintf(what, sizeof what, "%s db_gamma accumulates", tag);
-    mf_test_close(what, ebg, r, Ca, 1e-13);
-  }
+  mf_test_accumulates(tag, "dgamma_s", egs, dgs, Cs, seed + 9, 1e-13);
+  mf_test_accumulates(tag, "dw_gamma", ewg, dwg, AS, seed + 10, 1e-13);
+  mf_test_accumulates(tag, "dw_beta", ewb, dwb, AS, seed + 12, 1e-13);
+  if (bg) mf_test_accumulates(tag, "db_gamma", ebg, dbg, Ca, seed + 11, 1e-13);
 
   /* NULL skips: da alone, ds alone, dw_beta alone */
   mf_test_poison(e, MA);
@@ -220,7 +205,7 @@ static void test_gate_case(int64_t M, int C, int Cs, int with_bias, uint64_t see
 
   /* contract */
   double *ex = mf_test_alloc(MC), *es = mf_test_alloc(MS), *ew = mf_test_alloc(CS);
-  double *eb = mf_test_alloc(C), *r = mf_test_alloc(CS);
+  double *eb = mf_test_alloc(C);
   mf_test_randn(ex, MC, seed + 5, 1.0);
   mf_test_randn(es, MS, seed + 6, 1.0);
   mf_test_randn(ew, CS, seed + 7, 1.0);
@@ -230,16 +215,8 @@ static void test_gate_case(int64_t M, int C, int Cs, int with_bias, uint64_t see
   mf_test_close(what, ex, dx, MC, 1e-13);
   snprintf(what, sizeof what, "%s ds assigns", tag);
   mf_test_close(what, es, ds, MS, 1e-13);
-  mf_test_randn(r, CS, seed + 7, 1.0);
-  for (int64_t i = 0; i < CS; i++) r[i] += dw[i];
-  snprintf(what, sizeof what, "%s dweight accumulates", tag);
-  mf_test_close(what, ew, r, CS, 1e-13);
-  if (b) {
-    mf_test_randn(r, C, seed + 8, 1.0);
-    for (int c = 0; c < C; c++) r[c] += db[c];
-    snprintf(what, sizeof what, "%s dbias accumulates", tag);
-    mf_test_close(what, eb, r, C, 1e-13);
-  }
+  mf_test_accumulates(tag, "dweight", ew, dw, CS, seed + 7, 1e-13);
+  if (b) mf_test_accumulates(tag, "dbias", eb, db, C, seed + 8, 1e-13);
   mf_test_poison(es, MS);
   mf_adaln_gate_backward(NULL, es, NULL, NULL, dout, x, s, w, b, M, C, Cs);
   snprintf(what, sizeof what, "%s ds alone", tag);

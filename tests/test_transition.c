@@ -120,7 +120,6 @@ static void test_case(int64_t M, int C, int Hd, mf_ln_mode mode, uint64_t seed) 
    * assigns; NULL gradients are skipped and do not change the others */
   double *ex = mf_test_alloc(MC), *eg = mf_test_alloc(C), *eb = mf_test_alloc(C);
   double *ewa = mf_test_alloc(HC), *ewb = mf_test_alloc(HC), *ewo = mf_test_alloc(HC);
-  double *r = mf_test_alloc(HC);
   mf_test_randn(ex, MC, seed + 7, 1.0);
   mf_test_randn(eg, C, seed + 8, 1.0);
   mf_test_randn(eb, C, seed + 9, 1.0);
@@ -131,30 +130,11 @@ static void test_case(int64_t M, int C, int Hd, mf_ln_mode mode, uint64_t seed) 
                          rstd, x, gp, bp, wa, wb, wo, M, C, Hd, mode);
   snprintf(what, sizeof what, "%s dinp assigns", tag);
   mf_test_close(what, ex, dx, MC, 1e-13);
-  mf_test_randn(r, HC, seed + 10, 1.0); /* the same random start as ewa */
-  for (int64_t i = 0; i < HC; i++) r[i] += dwa[i];
-  snprintf(what, sizeof what, "%s dw_a accumulates", tag);
-  mf_test_close(what, ewa, r, HC, 1e-13);
-  mf_test_randn(r, HC, seed + 11, 1.0);
-  for (int64_t i = 0; i < HC; i++) r[i] += dwb[i];
-  snprintf(what, sizeof what, "%s dw_b accumulates", tag);
-  mf_test_close(what, ewb, r, HC, 1e-13);
-  mf_test_randn(r, HC, seed + 12, 1.0);
-  for (int64_t i = 0; i < HC; i++) r[i] += dwo[i];
-  snprintf(what, sizeof what, "%s dw_o accumulates", tag);
-  mf_test_close(what, ewo, r, HC, 1e-13);
-  if (has_g) {
-    mf_test_randn(r, C, seed + 8, 1.0);
-    for (int c = 0; c < C; c++) r[c] += dg[c];
-    snprintf(what, sizeof what, "%s dgamma accumulates", tag);
-    mf_test_close(what, eg, r, C, 1e-13);
-  }
-  if (has_b) {
-    mf_test_randn(r, C, seed + 9, 1.0);
-    for (int c = 0; c < C; c++) r[c] += db[c];
-    snprintf(what, sizeof what, "%s dbeta accumulates", tag);
-    mf_test_close(what, eb, r, C, 1e-13);
-  }
+  mf_test_accumulates(tag, "dw_a", ewa, dwa, HC, seed + 10, 1e-13);
+  mf_test_accumulates(tag, "dw_b", ewb, dwb, HC, seed + 11, 1e-13);
+  mf_test_accumulates(tag, "dw_o", ewo, dwo, HC, seed + 12, 1e-13);
+  if (has_g) mf_test_accumulates(tag, "dgamma", eg, dg, C, seed + 8, 1e-13);
+  if (has_b) mf_test_accumulates(tag, "dbeta", eb, db, C, seed + 9, 1e-13);
 
   mf_test_poison(ex, MC);
   mf_transition_backward(ex, NULL, NULL, NULL, NULL, NULL, dout, mean, rstd, x, gp, bp, wa, wb, wo,
