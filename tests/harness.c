@@ -156,6 +156,13 @@ void mf_test_ref_matvec(double *out, const double *W, const double *x, int n_out
   }
 }
 
+void mf_test_transpose_pair(double *dst, const double *src, int N, int C) {
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < N; j++)
+      for (int c = 0; c < C; c++)
+        dst[((int64_t)j * N + i) * C + c] = src[((int64_t)i * N + j) * C + c];
+}
+
 double mf_test_dot(const double *a, const double *b, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; i++) s += a[i] * b[i];

@@ -62,6 +62,10 @@ double mf_test_sigmoid(double x);
 void mf_test_ref_ln(double *y, const double *x, const double *g, const double *b, int C);
 void mf_test_ref_matvec(double *out, const double *W, const double *x, int n_out, int n_in);
 
+/* dst (N, N, C) = src (N, N, C) transposed in (i, j): a pair tensor seen from the other
+ * end (ending node from starting node, incoming from outgoing). dst must not alias src. */
+void mf_test_transpose_pair(double *dst, const double *src, int N, int C);
+
 /* Dot product: the scalar loss Σ out·w used to turn an output into a loss. */
 double mf_test_dot(const double *a, const double *b, int64_t n);
 

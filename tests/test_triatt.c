@@ -298,14 +298,6 @@ static void test_contract(void) {
   }
 }
 
-/* dst (N, N, C) = src transposed in (i, j) */
-static void transpose_pair(double *dst, const double *src, int N, int C) {
-  for (int i = 0; i < N; i++)
-    for (int j = 0; j < N; j++)
-      for (int c = 0; c < C; c++)
-        dst[((int64_t)j * N + i) * C + c] = src[((int64_t)i * N + j) * C + c];
-}
-
 /* ending(z) = transpose(starting(zᵀ)) with the same weights, forward and backward
  * (dz transposed back, parameter gradients identical). */
 static void test_symmetry(void) {
@@ -318,10 +310,10 @@ static void test_symmetry(void) {
     for (int j = 0; j < N; j++) pmt[j * N + i] = f.pm[i * N + j];
   double *zt = mf_test_alloc(M * C), *o1 = mf_test_alloc(M * C), *o2t = mf_test_alloc(M * C);
   double *o2 = mf_test_alloc(M * C), *s2 = mf_test_alloc((int64_t)mf_triatt_saved_size(N, C, H, D));
-  transpose_pair(zt, f.z, N, C);
+  mf_test_transpose_pair(zt, f.z, N, C);
   mf_triatt_forward(o1, f.saved, f.z, f.pm, &f.w, N, C, H, D, 0);
   mf_triatt_forward(o2t, s2, zt, pmt, &f.w, N, C, H, D, 1);
-  transpose_pair(o2, o2t, N, C);
+  mf_test_transpose_pair(o2, o2t, N, C);
   mf_test_close("ending(z) == starting(z^T)^T", o2, o1, M * C, 1e-12);
   /* and the two nodes are different functions of the same z */
   mf_triatt_forward(o2, s2, f.z, f.pm, &f.w, N, C, H, D, 1);
@@ -333,10 +325,10 @@ static void test_symmetry(void) {
   mf_triatt_weights w1, w2;
   mf_triatt_weights_bind(&w1, g1, C, H, D);
   mf_triatt_weights_bind(&w2, g2, C, H, D);
-  transpose_pair(doutt, f.wout, N, C);
+  mf_test_transpose_pair(doutt, f.wout, N, C);
   mf_triatt_backward(dz1, &w1, f.wout, f.saved, f.z, f.pm, &f.w, N, C, H, D, 0);
   mf_triatt_backward(dz2t, &w2, doutt, s2, zt, pmt, &f.w, N, C, H, D, 1);
-  transpose_pair(dz2, dz2t, N, C);
+  mf_test_transpose_pair(dz2, dz2t, N, C);
   mf_test_close("symmetry: dz", dz2, dz1, M * C, 1e-12);
   mf_test_close("symmetry: parameter gradients", g2, g1, f.np, 1e-12);
 }

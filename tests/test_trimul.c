@@ -261,14 +261,6 @@ static void test_contract(void) {
           skipped_ok, others_ok);
 }
 
-/* ref (N, N, C) := transpose of src in (i, j) */
-static void transpose_pair(double *dst, const double *src, int N, int C) {
-  for (int i = 0; i < N; i++)
-    for (int j = 0; j < N; j++)
-      for (int c = 0; c < C; c++)
-        dst[((int64_t)j * N + i) * C + c] = src[((int64_t)i * N + j) * C + c];
-}
-
 /* outgoing(z; W) = transpose(incoming(zᵀ; W with A ↔ B)), forward and backward. */
 static void test_symmetry(void) {
   const int N = 6, C = 5, Ch = 4;
@@ -285,14 +277,14 @@ static void test_symmetry(void) {
   sw.w_bg = f.w.w_ag;
   double *zt = mf_test_alloc(M * C), *o1 = mf_test_alloc(M * C), *o2t = mf_test_alloc(M * C);
   double *o2 = mf_test_alloc(M * C), *s2 = mf_test_alloc((int64_t)mf_trimul_saved_size(N, C, Ch));
-  transpose_pair(zt, f.z, N, C);
+  mf_test_transpose_pair(zt, f.z, N, C);
   mf_trimul_forward(o1, f.saved, f.z, f.pm, &f.w, N, C, Ch, 1);
   mf_trimul_forward(o2t, s2, zt, pmt, &sw, N, C, Ch, 0);
-  transpose_pair(o2, o2t, N, C);
+  mf_test_transpose_pair(o2, o2t, N, C);
   mf_test_close("outgoing(z) == incoming(z^T)^T with A<->B weights", o2, o1, M * C, 1e-12);
   /* with identical weights the two are different functions */
   mf_trimul_forward(o2t, s2, zt, pmt, &f.w, N, C, Ch, 0);
-  transpose_pair(o2, o2t, N, C);
+  mf_test_transpose_pair(o2, o2t, N, C);
   MF_TEST(mf_test_relerr(o2, o1, M * C) > 1e-3, "identical weights: not the same function");
   mf_trimul_forward(o2t, s2, zt, pmt, &sw, N, C, Ch, 0);
 
@@ -306,10 +298,10 @@ static void test_symmetry(void) {
   w2s.w_ag = w2.w_bg;
   w2s.w_bp = w2.w_ap;
   w2s.w_bg = w2.w_ag;
-  transpose_pair(doutt, f.wout, N, C);
+  mf_test_transpose_pair(doutt, f.wout, N, C);
   mf_trimul_backward(dz1, &w1, f.wout, f.saved, f.z, f.pm, &f.w, N, C, Ch, 1);
   mf_trimul_backward(dz2t, &w2s, doutt, s2, zt, pmt, &sw, N, C, Ch, 0);
-  transpose_pair(dz2, dz2t, N, C);
+  mf_test_transpose_pair(dz2, dz2t, N, C);
   mf_test_close("symmetry: dz", dz2, dz1, M * C, 1e-12);
   mf_test_close("symmetry: parameter gradients", g2, g1, f.np, 1e-12);
 }
