@@ -2,6 +2,7 @@
  * mf_linear_*, with the normalised input recomputed in row chunks instead of stored.
  * Not the fused CUDA kernel. See ln_linear.h. */
 #include "ops/ln_linear.h"
+#include "ops/cpu/cpu_math.h"
 
 #include <string.h>
 
@@ -78,13 +79,8 @@ void mf_ln_linear_backward(mf_real *dinp, mf_real *dgamma, mf_real *dbeta, mf_re
   mf_real *y = dweight ? scratch(chunk * C, "ln_linear y chunk") : NULL;    /* (chunk, C) */
   mf_real *dy = need_dy ? scratch(chunk * C, "ln_linear dy chunk") : NULL;  /* (chunk, C) */
   /* dgamma/dbeta: per-chunk partials (mf_real) summed across chunks in double */
-  mf_real *pg = dgamma ? scratch(C, "ln_linear dgamma part") : NULL, *pb = NULL;
-  if (dbeta) pb = scratch(C, "ln_linear dbeta part");
-  double *ag = NULL, *ab = NULL;
-  if (dgamma || dbeta) {
-    ag = mf_xcalloc(2 * (size_t)C * sizeof(double), "ln_linear dgamma/dbeta sums");
-    ab = ag + C;
-  }
+  mf_ln_chunk_grads lg;
+  mf_ln_chunk_grads_init(&lg, dgamma != NULL, dbeta != NULL, C, "ln_linear");
 
   for (int64_t r0 = 0; r0 < M; r0 += chunk) {
     int64_t rows = M - r0 < chunk ? M - r0 : chunk;
@@ -92,18 +88,10 @@ void mf_ln_linear_backward(mf_real *dinp, mf_real *dgamma, mf_real *dbeta, mf_re
     if (y) mf_ln_linear_normalize(y, mean + r0, rstd + r0, inp + r0 * C, gamma, beta, rows, C, mode);
     mf_linear_backward(dy, dweight, NULL, dout + r0 * O, y, weight, rows, C, O);
     if (!need_dy) continue;
-    if (pg) memset(pg, 0, (size_t)C * sizeof(mf_real));
-    if (pb) memset(pb, 0, (size_t)C * sizeof(mf_real));
-    mf_layernorm_backward(dinp ? dinp + r0 * C : NULL, pg, pb, dy, mean + r0, rstd + r0,
-                          inp + r0 * C, gamma, rows, C, mode);
-    for (int c = 0; pg && c < C; c++) ag[c] += pg[c];
-    for (int c = 0; pb && c < C; c++) ab[c] += pb[c];
+    mf_ln_chunk_grads_backward(&lg, dinp ? dinp + r0 * C : NULL, dy, mean + r0, rstd + r0,
+                               inp + r0 * C, gamma, rows, C, mode);
   }
-  for (int c = 0; dgamma && c < C; c++) dgamma[c] += (mf_real)ag[c];
-  for (int c = 0; dbeta && c < C; c++) dbeta[c] += (mf_real)ab[c];
-  mf_free(ag);
-  mf_free(pb);
-  mf_free(pg);
+  mf_ln_chunk_grads_finish(&lg, dgamma, dbeta, C);
   mf_free(dy);
   mf_free(y);
 }

@@ -1,6 +1,7 @@
 /* opm.c — CPU reference of the OuterProductMean (docs/af3-spec.md §6.3), chunked over i,
  * composed from mf_layernorm_*, mf_linear_* and mf_gemm. See opm.h. Not the CUDA path. */
 #include "ops/opm.h"
+#include "ops/cpu/cpu_math.h"
 
 #include <string.h>
 
@@ -54,12 +55,7 @@ int64_t mf_opm_weights_bind(mf_opm_weights *w, mf_real *flat, mf_opm_dims d) {
   int64_t sizes[6] = {d.Cm, d.Cm, (int64_t)d.Ch * d.Cm, (int64_t)d.Ch * d.Cm,
                       (int64_t)d.Cz * d.Ch * d.Ch, d.Cz};
   mf_real **f[6] = {&w->ln_g, &w->ln_b, &w->w_a, &w->w_b, &w->w_o, &w->b_o};
-  int64_t off = 0;
-  for (int k = 0; k < 6; k++) {
-    *f[k] = flat ? flat + off : NULL;
-    off += sizes[k];
-  }
-  return off;
+  return mf_bind_fields(f, sizes, 6, flat);
 }
 
 size_t mf_opm_saved_size(mf_opm_dims d) {

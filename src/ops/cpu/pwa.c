@@ -1,6 +1,7 @@
 /* pwa.c — CPU reference of MSA pair-weighted averaging (docs/af3-spec.md §6.3), composed
  * from mf_layernorm_*, mf_linear_* and mf_gemm. See pwa.h. Not the CUDA path. */
 #include "ops/pwa.h"
+#include "ops/cpu/cpu_math.h"
 
 #include <math.h>
 #include <string.h>
@@ -26,12 +27,7 @@ int64_t mf_pwa_weights_bind(mf_pwa_weights *w, mf_real *flat, mf_pwa_dims d) {
                       (int64_t)d.Cm * HC};
   mf_real **f[8] = {&w->ln_m_g, &w->ln_m_b, &w->ln_z_g, &w->ln_z_b,
                     &w->w_v,    &w->w_b,    &w->w_g,    &w->w_o};
-  int64_t off = 0;
-  for (int k = 0; k < 8; k++) {
-    *f[k] = flat ? flat + off : NULL;
-    off += sizes[k];
-  }
-  return off;
+  return mf_bind_fields(f, sizes, 8, flat);
 }
 
 size_t mf_pwa_saved_size(mf_pwa_dims d) {

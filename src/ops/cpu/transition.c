@@ -5,7 +5,6 @@
 #include "ops/cpu/cpu_math.h"
 
 #include <math.h>
-#include <string.h>
 
 #include "ops/gemm.h"
 #include "ops/linear.h"
@@ -79,13 +78,8 @@ void mf_transition_backward(mf_real *dinp, mf_real *dgamma, mf_real *dbeta, mf_r
   mf_real *b = scratch(chunk * Hd, "transition b");   /* (chunk, Hd): b, then db */
   mf_real *h = scratch(chunk * Hd, "transition h");   /* (chunk, Hd): h, then dh */
   /* dgamma/dbeta: per-chunk partials (mf_real) summed across chunks in double */
-  mf_real *pg = dgamma ? scratch(C, "transition dgamma part") : NULL, *pb = NULL;
-  if (dbeta) pb = scratch(C, "transition dbeta part");
-  double *ag = NULL, *ab = NULL;
-  if (dgamma || dbeta) {
-    ag = mf_xcalloc(2 * (size_t)C * sizeof(double), "transition dgamma/dbeta sums");
-    ab = ag + C;
-  }
+  mf_ln_chunk_grads lg;
+  mf_ln_chunk_grads_init(&lg, dgamma != NULL, dbeta != NULL, C, "transition");
 
   for (int64_t r0 = 0; r0 < M; r0 += chunk) {
     int64_t rows = M - r0 < chunk ? M - r0 : chunk, n = rows * Hd;
@@ -120,18 +114,10 @@ void mf_transition_backward(mf_real *dinp, mf_real *dgamma, mf_real *dbeta, mf_r
     mf_linear_backward(NULL, dw_b, NULL, b, x, w_b, rows, C, Hd);
     if (dx) mf_gemm(0, 0, rows, C, Hd, 1.0, b, Hd, w_b, C, 1.0, dx, C);
     if (ident || !need_dx) continue;
-    if (pg) memset(pg, 0, (size_t)C * sizeof(mf_real));
-    if (pb) memset(pb, 0, (size_t)C * sizeof(mf_real));
-    mf_layernorm_backward(dinp ? dinp + r0 * C : NULL, pg, pb, dxh, mean + r0, rstd + r0,
-                          inp + r0 * C, gamma, rows, C, mode);
-    for (int c = 0; pg && c < C; c++) ag[c] += pg[c];
-    for (int c = 0; pb && c < C; c++) ab[c] += pb[c];
+    mf_ln_chunk_grads_backward(&lg, dinp ? dinp + r0 * C : NULL, dxh, mean + r0, rstd + r0,
+                               inp + r0 * C, gamma, rows, C, mode);
   }
-  for (int c = 0; dgamma && c < C; c++) dgamma[c] += (mf_real)ag[c];
-  for (int c = 0; dbeta && c < C; c++) dbeta[c] += (mf_real)ab[c];
-  mf_free(ag);
-  mf_free(pb);
-  mf_free(pg);
+  mf_ln_chunk_grads_finish(&lg, dgamma, dbeta, C);
   mf_free(h);
   mf_free(b);
   mf_free(a);

@@ -5,6 +5,7 @@
  * transposes the result (and, in the backward, dout and dz) back.
  * Not a flash kernel and not memory-lean: it is the oracle for the CUDA path. See triatt.h. */
 #include "ops/triatt.h"
+#include "ops/cpu/cpu_math.h"
 
 #include <math.h>
 
@@ -50,12 +51,7 @@ int64_t mf_triatt_weights_bind(mf_triatt_weights *w, mf_real *flat, int C, int H
   const int64_t c = C, h = H, hd = (int64_t)H * D;
   mf_real **field[] = {&w->ln_g, &w->ln_b, &w->w_q, &w->w_k, &w->w_v, &w->w_b, &w->w_g, &w->w_o};
   const int64_t size[] = {c, c, hd * c, hd * c, hd * c, h * c, hd * c, c * hd};
-  int64_t off = 0;
-  for (size_t f = 0; f < sizeof size / sizeof size[0]; f++) {
-    *field[f] = flat ? flat + off : NULL;
-    off += size[f];
-  }
-  return off;
+  return mf_bind_fields(field, size, sizeof size / sizeof size[0], flat);
 }
 
 static void *scratch(int64_t n, size_t elem, const char *what) {

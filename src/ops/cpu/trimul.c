@@ -53,12 +53,7 @@ int64_t mf_trimul_weights_bind(mf_trimul_weights *w, mf_real *flat, int C, int C
   mf_real **field[] = {&w->ln_in_g, &w->ln_in_b, &w->w_ap, &w->w_ag, &w->w_bp,
                        &w->w_bg,    &w->w_g,     &w->ln_out_g, &w->ln_out_b, &w->w_z};
   const int64_t size[] = {c, c, ch * c, ch * c, ch * c, ch * c, c * c, ch, ch, c * ch};
-  int64_t off = 0;
-  for (size_t f = 0; f < sizeof size / sizeof size[0]; f++) {
-    *field[f] = flat ? flat + off : NULL;
-    off += size[f];
-  }
-  return off;
+  return mf_bind_fields(field, size, sizeof size / sizeof size[0], flat);
 }
 
 static void *scratch(int64_t n, const char *what) {
