@@ -50,6 +50,22 @@ static void take_all(int64_t n, int32_t *out, int64_t *n_out) {
   *n_out = n;
 }
 
+/* The start of the spatial and interface croppers: checks the arguments, then clears *ref
+ * (when given) and *n_out, and takes every token when the crop holds them all. Returns 1
+ * when that settles it (*st: the result), 0 when the caller goes on to crop (*st = MF_OK). */
+static int crop_begin(const mf_crop_tokens *t, int64_t crop_size, int32_t *out, int64_t *n_out,
+                      int64_t *ref, mf_status *st) {
+  *st = check_tokens(t, crop_size, out, n_out);
+  if (*st != MF_OK) return 1;
+  if (ref) *ref = -1;
+  *n_out = 0;
+  if (crop_size >= t->n) {
+    take_all(t->n, out, n_out);
+    return 1;
+  }
+  return 0;
+}
+
 typedef struct {
   int32_t key, idx;
 } key_idx;
@@ -199,14 +215,8 @@ static mf_status nearest(const mf_crop_tokens *t, int64_t ref, int64_t crop_size
 
 mf_status mf_crop_spatial(const mf_crop_tokens *t, int64_t crop_size, uint64_t seed,
                           uint64_t stream, int32_t *out, int64_t *n_out, int64_t *ref) {
-  mf_status st = check_tokens(t, crop_size, out, n_out);
-  if (st != MF_OK) return st;
-  if (ref) *ref = -1;
-  *n_out = 0;
-  if (crop_size >= t->n) {
-    take_all(t->n, out, n_out);
-    return MF_OK;
-  }
+  mf_status st;
+  if (crop_begin(t, crop_size, out, n_out, ref, &st)) return st;
   int64_t nres = 0;
   for (int64_t i = 0; i < t->n; i++) nres += token_ok(t, i);
   if (nres == 0) return MF_OK;
@@ -307,14 +317,8 @@ int64_t mf_crop_interface_tokens(const mf_crop_tokens *t, double cutoff, uint8_t
 
 mf_status mf_crop_interface(const mf_crop_tokens *t, int64_t crop_size, uint64_t seed,
                             uint64_t stream, int32_t *out, int64_t *n_out, int64_t *ref) {
-  mf_status st = check_tokens(t, crop_size, out, n_out);
-  if (st != MF_OK) return st;
-  if (ref) *ref = -1;
-  *n_out = 0;
-  if (crop_size >= t->n) {
-    take_all(t->n, out, n_out);
-    return MF_OK;
-  }
+  mf_status st;
+  if (crop_begin(t, crop_size, out, n_out, ref, &st)) return st;
   if (!t->centre) return MF_OK;
   uint8_t *iface = mf_malloc((size_t)t->n + 1, "crop interface");
   if (!iface) return MF_ERR_NOMEM;
