@@ -395,26 +395,27 @@ static mf_status parse_text(const char *text, size_t len, const char *file, mf_c
   return st;
 }
 
-mf_status mf_ccd_parse(const void *data, size_t n, const char *name, mf_ccd *ccd) {
+/* The text of the file at path, or (path NULL) of the n bytes of data, parsed; name names
+ * it in messages. */
+static mf_status parse_source(const char *path, const void *data, size_t n, const char *name,
+                              mf_ccd *ccd) {
   memset(ccd, 0, sizeof *ccd);
   char *text = NULL;
   size_t len = 0;
-  mf_status st = mf_textfile_from_bytes(data, n, name, &text, &len);
+  mf_status st = path ? mf_textfile_read(path, &text, &len)
+                      : mf_textfile_from_bytes(data, n, name, &text, &len);
   if (st != MF_OK) return st;
   st = parse_text(text, len, name, ccd);
   mf_free(text);
   return st;
 }
 
+mf_status mf_ccd_parse(const void *data, size_t n, const char *name, mf_ccd *ccd) {
+  return parse_source(NULL, data, n, name, ccd);
+}
+
 mf_status mf_ccd_read(const char *path, mf_ccd *ccd) {
-  memset(ccd, 0, sizeof *ccd);
-  char *text = NULL;
-  size_t len = 0;
-  mf_status st = mf_textfile_read(path, &text, &len);
-  if (st != MF_OK) return st;
-  st = parse_text(text, len, path, ccd);
-  mf_free(text);
-  return st;
+  return parse_source(path, NULL, 0, path, ccd);
 }
 
 const char *mf_ccd_name(const mf_ccd *ccd, const mf_ccd_component *c) {
