@@ -25,6 +25,13 @@ static void check_args(int64_t M, int C, int Hd, mf_ln_mode mode, const mf_real 
   MF_ASSERT(mode != MF_LN_FULL || beta, "transition: beta required");
 }
 
+/* h (n) = silu(a) ⊙ b elementwise, in double; h may be a. */
+static void swiglu(mf_real *h, const mf_real *a, const mf_real *b, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    double av = a[i];
+    h[i] = (mf_real)(av * mf_sigmoid(av) * b[i]);
+  }
+}
 
 void mf_transition_forward(mf_real *out, mf_real *mean, mf_real *rstd, const mf_real *inp,
                            const mf_real *gamma, const mf_real *beta, const mf_real *w_a,
@@ -45,10 +52,7 @@ void mf_transition_forward(mf_real *out, mf_real *mean, mf_real *rstd, const mf_
     }
     mf_linear_forward(a, x, w_a, NULL, rows, C, Hd);
     mf_linear_forward(b, x, w_b, NULL, rows, C, Hd);
-    for (int64_t i = 0; i < rows * Hd; i++) { /* h = silu(a) ⊙ b, in a */
-      double av = a[i];
-      a[i] = (mf_real)(av * mf_sigmoid(av) * b[i]);
-    }
+    swiglu(a, a, b, rows * Hd); /* h = silu(a) ⊙ b, in a */
     mf_linear_forward(out + r0 * C, a, w_o, NULL, rows, Hd, C);
   }
   mf_free(b);
@@ -94,10 +98,7 @@ void mf_transition_backward(mf_real *dinp, mf_real *dgamma, mf_real *dbeta, mf_r
     mf_linear_forward(b, x, w_b, NULL, rows, C, Hd);
     /* out = h·W_oᵀ  ⇒  dw_o += doutᵀ·h, dh = dout·W_o */
     if (dw_o) {
-      for (int64_t i = 0; i < n; i++) {
-        double av = a[i];
-        h[i] = (mf_real)(av * mf_sigmoid(av) * b[i]);
-      }
+      swiglu(h, a, b, n);
       mf_linear_backward(NULL, dw_o, NULL, dy, h, w_o, rows, Hd, C);
     }
     if (!need_dh) continue;
