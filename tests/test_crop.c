@@ -115,6 +115,19 @@ static int has_partner(const toks *t, int64_t i, double cut) {
   return 0;
 }
 
+/* Whether iface (t->n) marks exactly the tokens that has_partner finds (all pairs);
+ * *nb: how many those are. */
+static int iface_agrees(const toks *t, const uint8_t *iface, double cut, int64_t *nb) {
+  int agree = 1;
+  *nb = 0;
+  for (int64_t i = 0; i < t->n; i++) {
+    int b = has_partner(t, i, cut);
+    *nb += b;
+    agree &= b == iface[i];
+  }
+  return agree;
+}
+
 /* Within each chain, the selected tokens are one run of consecutive chain positions. */
 static int one_span_per_chain(const toks *t, const int32_t *sel, int64_t n) {
   uint8_t *in = calloc((size_t)t->n, 1);
@@ -269,13 +282,8 @@ static void test_interface(void) {
   mf_crop_tokens v = view(&t);
   uint8_t *iface = malloc((size_t)t.n);
   int64_t ni = mf_crop_interface_tokens(&v, 15.0, iface);
-  int agree = 1;
-  int64_t nb = 0;
-  for (int64_t i = 0; i < t.n; i++) {
-    int b = has_partner(&t, i, 15.0);
-    nb += b;
-    agree &= b == iface[i];
-  }
+  int64_t nb;
+  int agree = iface_agrees(&t, iface, 15.0, &nb);
   MF_TEST(agree && ni == nb && nb > 0, "interface tokens: grid agrees with all pairs (%lld)",
           (long long)nb);
   /* spread-out coordinates (large box, cell growth) still agree */
@@ -286,13 +294,8 @@ static void test_interface(void) {
       for (int a = 0; a < 3; a++) w.x[3 * i + a] = w.x[3 * (50 + i % 3) + a] + (float)(a * 4);
     mf_crop_tokens vw = view(&w);
     uint8_t *f2 = malloc((size_t)w.n);
-    int64_t n2 = mf_crop_interface_tokens(&vw, 15.0, f2), nb2 = 0;
-    int ag2 = 1;
-    for (int64_t i = 0; i < w.n; i++) {
-      int b = has_partner(&w, i, 15.0);
-      nb2 += b;
-      ag2 &= b == f2[i];
-    }
+    int64_t n2 = mf_crop_interface_tokens(&vw, 15.0, f2), nb2;
+    int ag2 = iface_agrees(&w, f2, 15.0, &nb2);
     MF_TEST(ag2 && n2 == nb2 && nb2 > 0, "interface tokens over a 2000 Å box agree (%lld)",
             (long long)nb2);
     free(f2);
