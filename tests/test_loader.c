@@ -591,16 +591,23 @@ static void loader_on_cache(const char *dir, int64_t expect_n, const char *what)
   mf_cache_close(c);
 }
 
-static void test_cache_synthetic(void) {
-  char dir[] = "/tmp/mf_loader_XXXXXX";
+/* A new writable cache at <dir>/cache (path), in the temporary directory that mkdtemp
+ * makes of the template dir, its map starting at map_size bytes. */
+static mf_cache *new_cache(char *dir, char *path, size_t path_size, size_t map_size) {
   MF_ASSERT(mkdtemp(dir), "mkdtemp");
-  char path[600];
-  snprintf(path, sizeof path, "%s/cache", dir);
+  snprintf(path, path_size, "%s/cache", dir);
   mf_cache *c;
   mf_cache_opts o = {0};
   o.writable = 1;
-  o.initial_map_size = 16u << 20;
+  o.initial_map_size = map_size;
   MF_ASSERT(mf_cache_open(path, &o, &c) == MF_OK, "%s", mf_error_message());
+  return c;
+}
+
+static void test_cache_synthetic(void) {
+  char dir[] = "/tmp/mf_loader_XXXXXX";
+  char path[600];
+  mf_cache *c = new_cache(dir, path, sizeof path, 16u << 20);
   mem_src m;
   mf_loader_source ms;
   mem_src_make(&m, &ms);
@@ -655,14 +662,8 @@ static void test_real(void) {
   static const char *ids[] = {"1crn", "1ay7", "1bna", "1cbs", "1a7g", "102m", "1aki", "1fez-assembly1",
                               "7zzx" /* 8340 MSA rows: row-block frames */};
   char dir[] = "/tmp/mf_loader_real_XXXXXX";
-  MF_ASSERT(mkdtemp(dir), "mkdtemp");
   char path[600];
-  snprintf(path, sizeof path, "%s/cache", dir);
-  mf_cache *c;
-  mf_cache_opts o = {0};
-  o.writable = 1;
-  o.initial_map_size = 64u << 20;
-  MF_ASSERT(mf_cache_open(path, &o, &c) == MF_OK, "%s", mf_error_message());
+  mf_cache *c = new_cache(dir, path, sizeof path, 64u << 20);
   mf_featurize_opts fo = {&ccd, msa, 0};
   int64_t stored = 0;
   int shapes_ok = 1;
