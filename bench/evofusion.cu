@@ -174,16 +174,7 @@ static void bench_n(int N) {
   p.M = (int64_t)N * N;
   const int64_t M = p.M;
   const double act = (double)M * C * 2; /* one bf16 activation (M, C) */
-  p.x = dev_rand(M * C, 11, 1.5, 0.3);
-  p.dout = dev_rand(M * C, 12, 1.0, 0.0);
-  p.out = (mf_bf16_t *)dev_zero((size_t)act);
-  p.dx = (mf_bf16_t *)dev_zero((size_t)act);
-  p.g = dev_rand(C, 13, 0.2, 1.0);
-  p.b = dev_rand(C, 14, 0.2, 0.0);
-  p.mean = (float *)dev_zero((size_t)M * 4);
-  p.rstd = (float *)dev_zero((size_t)M * 4);
-  p.dg = (float *)dev_zero((size_t)C * 4);
-  p.db = (float *)dev_zero((size_t)C * 4);
+  evo_io_alloc(&p, M, C);
   const double fl_lin = 2.0 * M * C * C;
 
   /* LayerNorm + Linear 128 → 128 */
@@ -277,8 +268,7 @@ static void bench_n(int N) {
   row("resdrop_row", N, "bwd", median_ms(rd_bwd, &p), 2 * act, 0, (double)N * C * 4);
   MF_CHECK_CUDA(cudaFree(p.mask));
 
-  void *frees[] = {p.x, p.dout, p.out, p.dx, p.g, p.b, p.mean, p.rstd, p.dg, p.db};
-  for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++) MF_CHECK_CUDA(cudaFree(frees[i]));
+  evo_io_free(&p);
 }
 
 int main(int argc, char **argv) {
