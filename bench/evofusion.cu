@@ -150,6 +150,22 @@ static void row(const char *op, int N, const char *pass, float ms, double bytes,
             extra_bytes / (1 << 30));
 }
 
+/* The forward fn in each forward variant, as rows op[wmma] (variant 0), op[staging] (1) and
+ * op[mma] (2) with extra bytes x0, x1, x2; then the variant it found is set again. */
+static void fwd_variants(const char *op, int N, bench_fn fn, void *ctx, double bytes, double flops,
+                         double x0, double x1, double x2) {
+  static const char *const tag[3] = {"wmma", "staging", "mma"};
+  const double extra[3] = {x0, x1, x2};
+  const int def = mf_ln_linear_cuda_get_variant();
+  for (int v = 0; v < 3; v++) {
+    char name[64];
+    snprintf(name, sizeof name, "%s[%s]", op, tag[v]);
+    mf_ln_linear_cuda_set_variant(v);
+    row(name, N, "fwd", median_ms(fn, ctx), bytes, flops, extra[v]);
+  }
+  mf_ln_linear_cuda_set_variant(def);
+}
+
 static void bench_n(int N) {
   const int C = C_PAIR, Hd = 4 * C_PAIR;
   prob p;
@@ -158,16 +174,7 @@ static void bench_n(int N) {
   p.M = (int64_t)N * N;
   const int64_t M = p.M;
   const double act = (double)M * C * 2; /* one bf16 activation (M, C) */
-  p.x = dev_rand(M * C, 11, 1.5, 0.3);
-  p.dout = dev_rand(M * C, 12, 1.0, 0.0);
-  p.out = (mf_bf16_t *)dev_zero((size_t)act);
-  p.dx = (mf_bf16_t *)dev_zero((size_t)act);
-  p.g = dev_rand(C, 13, 0.2, 1.0);
-  p.b = dev_rand(C, 14, 0.2, 0.0);
-  p.mean = (float *)dev_zero((size_t)M * 4);
-  p.rstd = (float *)dev_zero((size_t)M * 4);
-  p.dg = (float *)dev_zero((size_t)C * 4);
-  p.db = (float *)dev_zero((size_t)C * 4);
+  evo_io_alloc(&p, M, C);
   const double fl_lin = 2.0 * M * C * C;
 
   /* LayerNorm + Linear 128 → 128 */
@@ -175,13 +182,8 @@ static void bench_n(int N) {
   p.dw1 = (float *)dev_zero((size_t)C * C * 4);
   p.wsb = mf_ln_linear_cuda_workspace(M, C, C, 0);
   p.ws = dev_zero(p.wsb);
-  const int def = mf_ln_linear_cuda_set_variant(0); /* the other forwards, for comparison */
-  row("ln_linear[wmma]", N, "fwd", median_ms(lnl_fwd, &p), 2 * act, fl_lin, 8.0 * M);
-  mf_ln_linear_cuda_set_variant(1);
-  row("ln_linear[staging]", N, "fwd", median_ms(lnl_fwd, &p), 2 * act, fl_lin, (double)p.wsb + 8.0 * M);
-  mf_ln_linear_cuda_set_variant(2);
-  row("ln_linear[mma]", N, "fwd", median_ms(lnl_fwd, &p), 2 * act, fl_lin, 8.0 * M);
-  mf_ln_linear_cuda_set_variant(def);
+  fwd_variants("ln_linear", N, lnl_fwd, &p, 2 * act, fl_lin, 8.0 * M, (double)p.wsb + 8.0 * M,
+               8.0 * M);
   lnl_fwd(&p);
   row("ln_linear", N, "fwd", median_ms(lnl_fwd, &p), 2 * act, fl_lin, (double)p.wsb + 8.0 * M);
   row("ln_linear", N, "bwd", median_ms(lnl_bwd, &p), 3 * act, 2 * fl_lin, (double)p.wsb);
@@ -194,13 +196,8 @@ static void bench_n(int N) {
   p.dw1 = (float *)dev_zero((size_t)2 * C * C * 4);
   p.wsb = mf_gated_linear_cuda_workspace(M, C, C);
   p.ws = dev_zero(p.wsb);
-  mf_ln_linear_cuda_set_variant(0);
-  row("gated_linear[wmma]", N, "fwd", median_ms(gl_fwd, &p), 2 * act, 2 * fl_lin, 8.0 * M);
-  mf_ln_linear_cuda_set_variant(1);
-  row("gated_linear[staging]", N, "fwd", median_ms(gl_fwd, &p), 2 * act, 2 * fl_lin, (double)p.wsb + 8.0 * M);
-  mf_ln_linear_cuda_set_variant(2);
-  row("gated_linear[mma]", N, "fwd", median_ms(gl_fwd, &p), 2 * act, 2 * fl_lin, 8.0 * M);
-  mf_ln_linear_cuda_set_variant(def);
+  fwd_variants("gated_linear", N, gl_fwd, &p, 2 * act, 2 * fl_lin, 8.0 * M,
+               (double)p.wsb + 8.0 * M, 8.0 * M);
   gl_fwd(&p);
   row("gated_linear", N, "fwd", median_ms(gl_fwd, &p), 2 * act, 2 * fl_lin, (double)p.wsb + 8.0 * M);
   row("gated_linear", N, "bwd", median_ms(gl_bwd, &p), 3 * act, 4 * fl_lin, (double)p.wsb);
@@ -216,13 +213,8 @@ static void bench_n(int N) {
   p.wsb = mf_transition_cuda_workspace(M, C, Hd);
   p.ws = dev_zero(p.wsb);
   const double fl_tr = 6.0 * M * C * Hd;
-  mf_ln_linear_cuda_set_variant(0);
-  row("transition[wmma]", N, "fwd", median_ms(tr_fwd, &p), 2 * act, fl_tr, (double)p.wsb + 8.0 * M);
-  mf_ln_linear_cuda_set_variant(1);
-  row("transition[staging]", N, "fwd", median_ms(tr_fwd, &p), 2 * act, fl_tr, (double)p.wsb + 8.0 * M);
-  mf_ln_linear_cuda_set_variant(2);
-  row("transition[mma]", N, "fwd", median_ms(tr_fwd, &p), 2 * act, fl_tr, 8.0 * M);
-  mf_ln_linear_cuda_set_variant(def);
+  fwd_variants("transition", N, tr_fwd, &p, 2 * act, fl_tr, (double)p.wsb + 8.0 * M,
+               (double)p.wsb + 8.0 * M, 8.0 * M);
   tr_fwd(&p);
   row("transition", N, "fwd", median_ms(tr_fwd, &p), 2 * act, fl_tr, (double)p.wsb + 8.0 * M);
   row("transition", N, "bwd", median_ms(tr_bwd, &p), 3 * act, 2 * fl_tr, (double)p.wsb);
@@ -276,8 +268,7 @@ static void bench_n(int N) {
   row("resdrop_row", N, "bwd", median_ms(rd_bwd, &p), 2 * act, 0, (double)N * C * 4);
   MF_CHECK_CUDA(cudaFree(p.mask));
 
-  void *frees[] = {p.x, p.dout, p.out, p.dx, p.g, p.b, p.mean, p.rstd, p.dg, p.db};
-  for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++) MF_CHECK_CUDA(cudaFree(frees[i]));
+  evo_io_free(&p);
 }
 
 int main(int argc, char **argv) {

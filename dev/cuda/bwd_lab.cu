@@ -204,16 +204,7 @@ static void lab_n(int N) {
   memset(&p, 0, sizeof p);
   p.M = (int64_t)N * N;
   const int64_t M = p.M;
-  p.x = dev_rand(M * C, 11, 1.5, 0.3);
-  p.dout = dev_rand(M * C, 12, 1.0, 0.0);
-  p.out = (mf_bf16_t *)dev_zero((size_t)M * C * 2);
-  p.dx = (mf_bf16_t *)dev_zero((size_t)M * C * 2);
-  p.g = dev_rand(C, 13, 0.2, 1.0);
-  p.b = dev_rand(C, 14, 0.2, 0.0);
-  p.mean = (float *)dev_zero((size_t)M * 4);
-  p.rstd = (float *)dev_zero((size_t)M * 4);
-  p.dg = (float *)dev_zero((size_t)C * 4);
-  p.db = (float *)dev_zero((size_t)C * 4);
+  evo_io_alloc(&p, M, C);
   float ms[NVAR];
 
   /* LN + Linear 128 → 128 */
@@ -276,8 +267,7 @@ static void lab_n(int N) {
   MF_CHECK_CUDA(cudaFree(p.w2));
   MF_CHECK_CUDA(cudaFree(p.dw1));
   MF_CHECK_CUDA(cudaFree(p.dw2));
-  void *frees[] = {p.x, p.dout, p.out, p.dx, p.g, p.b, p.mean, p.rstd, p.dg, p.db};
-  for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++) MF_CHECK_CUDA(cudaFree(frees[i]));
+  evo_io_free(&p);
 }
 
 int main(int argc, char **argv) {

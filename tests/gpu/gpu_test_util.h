@@ -1,6 +1,7 @@
 /* gpu_test_util.h — host-side helpers shared by the GPU tests (tests/gpu/test_*_gpu.cu):
  * bf16 rounding of doubles and bf16-representable random inputs, host↔device copies
- * between double arrays and bf16/fp32 device buffers, NaN poisoning, raw byte fetches, and
+ * between double arrays and bf16/fp32 device buffers, NaN poisoning (or the initial value
+ * of an accumulating output), raw byte fetches, and
  * the test start (harness begin + GPU init, a counted failure when there is no GPU).
  * Two optional parts, each switched on by the including test defining its capacity first:
  *   GPU_TEST_MAX_ALLOCS n — a registry of device allocations (dev_alloc, freed together by
@@ -52,6 +53,14 @@ static inline void up_bf16(mf_bf16_t *d, const double *x, int64_t n) {
   for (int64_t i = 0; i < n; i++) h[i] = mf_bf16_from_f32((float)x[i]);
   MF_CHECK_CUDA(cudaMemcpy(d, h, (size_t)n * sizeof(mf_bf16), cudaMemcpyHostToDevice));
   free(h);
+}
+/* d (n, bf16) = x (n) rounded to bf16 when up (an output that accumulates into its initial
+ * value), else every byte of d poisoned (an output that is assigned). */
+static inline void up_or_poison_bf16(mf_bf16_t *d, const double *x, int64_t n, int up) {
+  if (up)
+    up_bf16(d, x, n);
+  else
+    poison(d, (size_t)n * 2);
 }
 /* d (n, fp32) = x (n) rounded to fp32; d is an existing device buffer. */
 static inline void up_f32(float *d, const double *x, int64_t n) {

@@ -188,14 +188,8 @@ static void test_apb(int N, int Cs, int Cz, int H, int D, mask_kind mk, int accu
       up_f32(gd, g0, np);
       poison(saved_d, sb);
       poison(ws, wsb);
-      if (accumulate)
-        up_bf16(out_d, res, n * Cs);
-      else
-        poison(out_d, n * Cs * 2);
-      if (accumulate_ds)
-        up_bf16(ds_d, ds0, n * Cs);
-      else
-        poison(ds_d, n * Cs * 2);
+      up_or_poison_bf16(out_d, res, n * Cs, accumulate);
+      up_or_poison_bf16(ds_d, ds0, n * Cs, accumulate_ds);
       up_bf16(dz_d, dz0, M * Cz);
       mf_apb_forward_cuda(out_d, saved_d, s_d, z_d, mask_d, &wd, N, Cs, Cz, H, D, accumulate, ws,
                           wsb, &g_blas, 0);

@@ -344,14 +344,8 @@ static void test_transition(int64_t M, int C, int Hd, mf_ln_mode mode, int accum
   for (int run = 0; run < 2; run++) {
     float *dg_d = to_f32(g0, C), *db_d = to_f32(b0, C);
     float *dWab_d = to_f32(Wab0, 2 * (int64_t)Hd * C), *dWo_d = to_f32(Wo0, (int64_t)C * Hd);
-    if (accumulate)
-      up_bf16(out_d, res, M * C);
-    else
-      poison(out_d, M * C * 2);
-    if (add_back)
-      up_bf16(dx_d, dout, M * C);
-    else
-      poison(dx_d, M * C * 2);
+    up_or_poison_bf16(out_d, res, M * C, accumulate);
+    up_or_poison_bf16(dx_d, dout, M * C, add_back);
     poison(mean_d, M * 4);
     poison(rstd_d, M * 4);
     mf_transition_forward_cuda(out_d, ident ? NULL : mean_d, ident ? NULL : rstd_d, x_d, g_d, b_d,
@@ -663,13 +657,8 @@ static void test_trimul(int N, int C, int Ch, int outgoing, int use_mask, int re
     float *gd = to_f32(g0, np);
     mf_trimul_cuda_grads gg = {gd, gd + C, gd + o_cat, gd + o_lg, gd + o_lg + Ch, gd + o_lg + 2 * Ch};
     poison(saved_d, sb);
-    if (resdrop) {
-      up_bf16(out_d, res0, M * C);
-      up_bf16(dz_d, dout, M * C);
-    } else {
-      poison(out_d, M * C * 2);
-      poison(dz_d, M * C * 2);
-    }
+    up_or_poison_bf16(out_d, res0, M * C, resdrop);
+    up_or_poison_bf16(dz_d, dout, M * C, resdrop);
     mf_trimul_forward_cuda(out_d, saved_d, z_d, pm_d, &wd, N, C, Ch, outgoing, resdrop ? &rd : NULL,
                            ws, wsb, &g_blas, 0);
     mf_trimul_backward_cuda(dz_d, &gg, dout_d, saved_d, z_d, pm_d, &wd, N, C, Ch, outgoing,

@@ -39,27 +39,20 @@ void mf_pf_cuda_layout_make(mf_pf_cuda_layout *lay, const mf_params_table *t) {
   const mf_pf_cuda_layout *L = lay;
 #define ADJ(a, b, n) \
   MF_ASSERT(OFF(L, b) == OFF(L, a) + (n), "pf_cuda layout: " #b " does not follow " #a)
-  for (int k = 0; k < 2; k++) {
-    if (k == 0) {
-      ADJ(tri_out.w_ap, tri_out.w_ag, Ch * C);
-      ADJ(tri_out.w_ag, tri_out.w_bp, Ch * C);
-      ADJ(tri_out.w_bp, tri_out.w_bg, Ch * C);
-      ADJ(tri_out.w_bg, tri_out.w_g, Ch * C);
-      ADJ(att_start.w_q, att_start.w_k, HD * C);
-      ADJ(att_start.w_k, att_start.w_v, HD * C);
-      ADJ(att_start.w_v, att_start.w_b, HD * C);
-      ADJ(att_start.w_b, att_start.w_g, (int64_t)c->h_tri * C);
-    } else {
-      ADJ(tri_in.w_ap, tri_in.w_ag, Ch * C);
-      ADJ(tri_in.w_ag, tri_in.w_bp, Ch * C);
-      ADJ(tri_in.w_bp, tri_in.w_bg, Ch * C);
-      ADJ(tri_in.w_bg, tri_in.w_g, Ch * C);
-      ADJ(att_end.w_q, att_end.w_k, HD * C);
-      ADJ(att_end.w_k, att_end.w_v, HD * C);
-      ADJ(att_end.w_v, att_end.w_b, HD * C);
-      ADJ(att_end.w_b, att_end.w_g, (int64_t)c->h_tri * C);
-    }
-  }
+#define ADJ_TRI(tri, att)                         \
+  do {                                            \
+    ADJ(tri.w_ap, tri.w_ag, Ch * C);              \
+    ADJ(tri.w_ag, tri.w_bp, Ch * C);              \
+    ADJ(tri.w_bp, tri.w_bg, Ch * C);              \
+    ADJ(tri.w_bg, tri.w_g, Ch * C);               \
+    ADJ(att.w_q, att.w_k, HD * C);                \
+    ADJ(att.w_k, att.w_v, HD * C);                \
+    ADJ(att.w_v, att.w_b, HD * C);                \
+    ADJ(att.w_b, att.w_g, (int64_t)c->h_tri * C); \
+  } while (0)
+  ADJ_TRI(tri_out, att_start);
+  ADJ_TRI(tri_in, att_end);
+#undef ADJ_TRI
   ADJ(pair_trans.w_a, pair_trans.w_b, (int64_t)c->n_trans * C * C);
   ADJ(single_trans.w_a, single_trans.w_b, (int64_t)c->n_trans * c->c_s * c->c_s);
 #undef ADJ

@@ -443,7 +443,7 @@ static void launch_gate_backward(bf16 *pg, const bf16 *dout, const uint8_t *mask
     gate_backward_kernel<1><<<mf_ew_blocks(rows * O), 256, 0, s>>>(pg, dout, mask, rows, O);
   MF_CHECK_LAUNCH();
 }
-static void launch_f32_to_bf16(bf16 *dx, const float *dy, int64_t n, cudaStream_t s) {
+extern "C" void mf_f32_to_bf16_cuda(bf16 *dx, const float *dy, int64_t n, cudaStream_t s) {
   if (n % 8 == 0)
     f32_to_bf16_kernel<8><<<mf_ew_blocks(n / 8), 256, 0, s>>>(dx, dy, n);
   else
@@ -654,6 +654,26 @@ extern "C" void mf_ln_gemm_fused_cuda(bf16 *out, float *mean, float *rstd, const
 
 /* ================================================================ LayerNorm + Linear */
 
+/* The one-kernel forwards, tried in order: variant 2 (ln_gemm.cu's MMA kernel), then variant 0
+ * (the fused kernel above); gated 0 (bias or NULL) or 1 (mask or NULL). Returns 1 where one of
+ * them ran, 0 where neither applies (the caller then takes the chunked path). */
+static int ln_gemm_one_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp,
+                              const bf16 *gamma, const bf16 *beta, const bf16 *w,
+                              const bf16 *bias, const uint8_t *mask, int64_t M, int C, int O,
+                              mf_ln_mode mode, int gated, cudaStream_t stream) {
+  if (g_lnl_variant == 2 && mf_ln_gemm_mma_supported(C, O, gated, mode, inp, out, w)) {
+    mf_ln_gemm_mma_cuda(out, mean, rstd, inp, gamma, beta, w, bias, mask, M, C, O, mode, gated,
+                        stream); /* variant 2: ln_gemm.cu */
+    return 1;
+  }
+  if (mf_ln_gemm_fused_supported(C, O, mode, inp, out, w)) { /* variant 0: one fused kernel */
+    launch_ln_gemm_fused(out, mean, rstd, inp, gamma, beta, w, bias, mask, M, C, O, mode, gated,
+                         stream);
+    return 1;
+  }
+  return 0;
+}
+
 typedef struct {
   bf16 *y;     /* (R, C) normalised rows */
   float *acc;  /* (R, O) fp32 GEMM output before the bias (forward with bias) */
@@ -692,16 +712,9 @@ extern "C" void mf_ln_linear_forward_cuda(bf16 *out, float *mean, float *rstd, c
   MF_ASSERT(M >= 0 && O > 0, "ln_linear_cuda dims M=%lld O=%d", (long long)M, O);
   MF_ASSERT(out && mean && rstd && inp && weight, "ln_linear_cuda: NULL argument");
   if (M == 0) return;
-  if (g_lnl_variant == 2 && mf_ln_gemm_mma_supported(C, O, 0, mode, inp, out, weight)) {
-    mf_ln_gemm_mma_cuda(out, mean, rstd, inp, gamma, beta, weight, bias, NULL, M, C, O, mode, 0,
-                        stream); /* variant 2: ln_gemm.cu */
+  if (ln_gemm_one_kernel(out, mean, rstd, inp, gamma, beta, weight, bias, NULL, M, C, O, mode, 0,
+                         stream))
     return;
-  }
-  if (mf_ln_gemm_fused_supported(C, O, mode, inp, out, weight)) { /* variant 0: one fused kernel */
-    launch_ln_gemm_fused(out, mean, rstd, inp, gamma, beta, weight, bias, NULL, M, C, O, mode, 0,
-                         stream);
-    return;
-  }
   lnl_ws w;
   MF_ASSERT(lnl_carve(&w, NULL, M, C, O) <= ws_bytes, "ln_linear_cuda: workspace too small");
   lnl_carve(&w, ws, M, C, O);
@@ -820,16 +833,9 @@ extern "C" void mf_gated_linear_forward_cuda(bf16 *out, float *mean, float *rstd
   if (M == 0) return;
   const int ident = mode == MF_LN_IDENTITY;
   MF_ASSERT(ident || (mean && rstd), "gated_linear_cuda: mean/rstd required");
-  if (g_lnl_variant == 2 && mf_ln_gemm_mma_supported(C, O, 1, mode, inp, out, w_pg)) {
-    mf_ln_gemm_mma_cuda(out, mean, rstd, inp, gamma, beta, w_pg, NULL, mask, M, C, O, mode, 1,
-                        stream); /* variant 2: ln_gemm.cu */
+  if (ln_gemm_one_kernel(out, mean, rstd, inp, gamma, beta, w_pg, NULL, mask, M, C, O, mode, 1,
+                         stream))
     return;
-  }
-  if (mf_ln_gemm_fused_supported(C, O, mode, inp, out, w_pg)) { /* variant 0: one fused kernel */
-    launch_ln_gemm_fused(out, mean, rstd, inp, gamma, beta, w_pg, NULL, mask, M, C, O, mode, 1,
-                         stream);
-    return;
-  }
   gl_ws w;
   MF_ASSERT(gl_carve(&w, NULL, M, C, O) <= ws_bytes, "gated_linear_cuda: workspace too small");
   gl_carve(&w, ws, M, C, O);
@@ -902,7 +908,7 @@ extern "C" void mf_gated_linear_backward_cuda(bf16 *dinp, float *dgamma, float *
     mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, 2 * O, 1.0f, w.pg, 2 * O, w_pg, C, 0.0f, w.dy,
                     MF_GEMM_OUT_F32, C);
     if (ident) {
-      if (dinp) launch_f32_to_bf16(dinp + r0 * C, w.dy, rows * C, stream);
+      if (dinp) mf_f32_to_bf16_cuda(dinp + r0 * C, w.dy, rows * C, stream);
       continue;
     }
     launch_ln_rows_bwd(dinp ? dinp + r0 * C : NULL, w.part, w.dy, inp + r0 * C, mean + r0,

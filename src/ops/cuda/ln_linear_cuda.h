@@ -79,6 +79,10 @@ void mf_ln_rows_backward_cuda(__nv_bfloat16 *dx, float *part, const float *dy,
 void mf_ln_param_grad_reduce_cuda(float *dgamma, float *dbeta, float *part, int parts, int C,
                                   cudaStream_t stream);
 
+/* dx (n) bf16 = dy (n) fp32, rounded to nearest: the backward of the IDENTITY "LayerNorm"
+ * (the gated projection's and the transition's). */
+void mf_f32_to_bf16_cuda(__nv_bfloat16 *dx, const float *dy, int64_t n, cudaStream_t stream);
+
 /* ---------------------------------------------------------------- forward variants */
 /* The forwards of LayerNorm + Linear, the gated projection and the transition run as
  *   variant 2 (default): the mma.sync kernels of ln_gemm.cu (ln_gemm_cuda.h) — one

@@ -60,16 +60,6 @@ static __global__ void swiglu_backward_kernel(bf16 *__restrict__ ab, bf16 *__res
   }
 }
 
-template <int VEC>
-static __global__ void tr_f32_to_bf16_kernel(bf16 *__restrict__ dx, const float *__restrict__ dy, int64_t n) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n / VEC;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    float v[VEC];
-    mf_ldvf<VEC>(v, dy + i * VEC);
-    mf_stv<VEC>(dx + i * VEC, v);
-  }
-}
-
 static void launch_swiglu(bf16 *h, const bf16 *ab, int64_t rows, int Hd, cudaStream_t s) {
   if (Hd % 8 == 0)
     swiglu_kernel<8><<<mf_ew_blocks(rows * Hd / 8), 256, 0, s>>>(h, ab, rows, Hd);
@@ -83,13 +73,6 @@ static void launch_swiglu_backward(bf16 *ab, bf16 *h, const bf16 *dh, int64_t ro
     swiglu_backward_kernel<8><<<mf_ew_blocks(rows * Hd / 8), 256, 0, s>>>(ab, h, dh, rows, Hd);
   else
     swiglu_backward_kernel<1><<<mf_ew_blocks(rows * Hd), 256, 0, s>>>(ab, h, dh, rows, Hd);
-  MF_CHECK_LAUNCH();
-}
-static void launch_to_bf16(bf16 *dx, const float *dy, int64_t n, cudaStream_t s) {
-  if (n % 8 == 0)
-    tr_f32_to_bf16_kernel<8><<<mf_ew_blocks(n / 8), 256, 0, s>>>(dx, dy, n);
-  else
-    tr_f32_to_bf16_kernel<1><<<mf_ew_blocks(n), 256, 0, s>>>(dx, dy, n);
   MF_CHECK_LAUNCH();
 }
 
@@ -256,7 +239,7 @@ static void tr_backward(bf16 *dinp, float *dgamma, float *dbeta, float *dw_ab, f
     mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, 2 * Hd, 1.0f, w.ab, 2 * Hd, w_ab, C, 0.0f,
                     w.dxh, MF_GEMM_OUT_F32, C);
     if (ident) {
-      if (dinp) launch_to_bf16(dinp + r0 * C, w.dxh, rows * C, stream);
+      if (dinp) mf_f32_to_bf16_cuda(dinp + r0 * C, w.dxh, rows * C, stream);
       continue;
     }
     mf_ln_rows_backward_cuda(dinp ? dinp + r0 * C : NULL, w.part, w.dxh, inp + r0 * C,

@@ -63,6 +63,21 @@ static __global__ void tri_gate_fwd_kernel(bf16 *__restrict__ A_cm, bf16 *__rest
   }
 }
 
+/* tile (Ch, TRI_TM + 1) fp32 = T_cm (Ch, M) columns m0 + t0 .. m0 + t0 + nr − 1, the block's
+ * nr = min(rows − t0, TRI_TM) of the chunk's rows, by the whole block (then synchronised);
+ * returns nr. */
+static __device__ __forceinline__ int tri_cm_tile_load(float *tile, const bf16 *__restrict__ T_cm,
+                                                       int64_t M, int64_t m0, int64_t t0,
+                                                       int64_t rows, int Ch) {
+  const int nr = (int)(rows - t0 < TRI_TM ? rows - t0 : TRI_TM);
+  for (int idx = threadIdx.x; idx < TRI_TM * Ch; idx += blockDim.x) {
+    const int c = idx / TRI_TM, r = idx - c * TRI_TM;
+    if (r < nr) tile[c * (TRI_TM + 1) + r] = mf_bf16_to_f32(T_cm[(int64_t)c * M + m0 + t0 + r]);
+  }
+  __syncthreads();
+  return nr;
+}
+
 /* y (rows, Ch) row-major = LN_out of T_cm (Ch, M) columns m0..m0+rows−1; statistics
  * computed into mean/rstd (M, indexed by m) or read from them (use_saved). */
 static __global__ void tri_ln_cm_kernel(bf16 *__restrict__ y, float *__restrict__ mean,
@@ -71,12 +86,7 @@ static __global__ void tri_ln_cm_kernel(bf16 *__restrict__ y, float *__restrict_
                                  int64_t M, int64_t m0, int64_t rows, int Ch, int use_saved) {
   extern __shared__ float tile[]; /* (Ch, TRI_TM + 1) */
   const int64_t t0 = (int64_t)blockIdx.x * TRI_TM;
-  const int nr = (int)(rows - t0 < TRI_TM ? rows - t0 : TRI_TM);
-  for (int idx = threadIdx.x; idx < TRI_TM * Ch; idx += blockDim.x) {
-    const int c = idx / TRI_TM, r = idx - c * TRI_TM;
-    if (r < nr) tile[c * (TRI_TM + 1) + r] = mf_bf16_to_f32(T_cm[(int64_t)c * M + m0 + t0 + r]);
-  }
-  __syncthreads();
+  const int nr = tri_cm_tile_load(tile, T_cm, M, m0, t0, rows, Ch);
   const int lane = threadIdx.x % MF_WARP_SIZE, w = threadIdx.x / MF_WARP_SIZE;
   const int nw = blockDim.x / MF_WARP_SIZE;
   for (int r = w; r < nr; r += nw) {
@@ -118,12 +128,7 @@ static __global__ void tri_ln_cm_bwd_kernel(bf16 *__restrict__ dT_cm, float *__r
   extern __shared__ float sm[]; /* tile (Ch, TRI_TM + 1), then (warps, 2Ch) */
   float *tile = sm, *red = sm + Ch * (TRI_TM + 1);
   const int64_t t0 = (int64_t)blockIdx.x * TRI_TM;
-  const int nr = (int)(rows - t0 < TRI_TM ? rows - t0 : TRI_TM);
-  for (int idx = threadIdx.x; idx < TRI_TM * Ch; idx += blockDim.x) {
-    const int c = idx / TRI_TM, r = idx - c * TRI_TM;
-    if (r < nr) tile[c * (TRI_TM + 1) + r] = mf_bf16_to_f32(T_cm[(int64_t)c * M + m0 + t0 + r]);
-  }
-  __syncthreads();
+  const int nr = tri_cm_tile_load(tile, T_cm, M, m0, t0, rows, Ch);
   const int lane = threadIdx.x % MF_WARP_SIZE, w = threadIdx.x / MF_WARP_SIZE;
   const int nw = blockDim.x / MF_WARP_SIZE;
   float pg[TRI_MAX_CHV], pb[TRI_MAX_CHV];
