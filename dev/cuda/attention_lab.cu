@@ -345,6 +345,13 @@ int main(int argc, char **argv) {
       }
       printf("\n");
     }
+    /* the default version's forward in each order of its CTAs (mf_attention_cuda_set_fwd_order) */
+    for (int order = 0; order <= 2; order++) {
+      const int prev = mf_attention_cuda_set_fwd_order(order);
+      const float tf = time_ms(&pt, 7, 0);
+      printf("  v7 fwd, CTA order %d: %8.3f ms (%6.1f TFLOP/s)\n", order, tf, f1 / tf / 1e9);
+      mf_attention_cuda_set_fwd_order(prev);
+    }
     free_problem(&pt);
   }
   mf_attention_cuda_set_variant(0);

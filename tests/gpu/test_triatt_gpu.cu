@@ -15,9 +15,10 @@
  * aliasing dout). Two cases force 256-row chunks (several chunks, a partial last one); the
  * others use the automatic chunking (the staging aliased into the whole-tensor buffers where
  * chunks of at least half the automatic size fit there, else in a region of its own, as at
- * N = 1). Last, fwd and bwd milliseconds at N = 384 and 768 (C = 128, H = 4,
- * D = 32) are printed, not asserted, twice each, with the attention core alone on the
- * same shapes for the breakdown (MF_TEST_NO_TIMING=1 skips the timings,
+ * N = 1); two cases at N = 100 per other order of the attention forward's CTAs
+ * (mf_attention_cuda_set_fwd_order 1, 2). Last, fwd and bwd milliseconds at N = 384 and
+ * 768 (C = 128, H = 4, D = 32) are printed, not asserted, once per CTA order, with the
+ * attention core alone on the same shapes for the breakdown (MF_TEST_NO_TIMING=1 skips the timings,
  * MF_TRIATT_BENCH_ONLY=1 runs only them). Needs a GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -285,7 +286,8 @@ static void bench(int N, int starting) {
   MF_CHECK_CUDA(cudaEventCreate(&e0));
   MF_CHECK_CUDA(cudaEventCreate(&e1));
   MF_CHECK_CUDA(cudaEventCreate(&e2));
-  for (int pi = 0; pi < 2; pi++) { /* twice */
+  for (int pi = 0; pi < 3; pi++) { /* once per order of the attention forward's CTAs */
+    const int prev_order = mf_attention_cuda_set_fwd_order(pi);
     const size_t sb = mf_triatt_cuda_saved_bytes(N, C, H, D), wsb = mf_triatt_cuda_workspace(N, C, H, D);
     void *saved = NULL, *ws = NULL;
     MF_CHECK_CUDA(cudaMalloc(&saved, sb));
@@ -307,9 +309,11 @@ static void bench(int N, int starting) {
         bwd += b / 5;
       }
     }
-    printf("triatt timing %s N=%d C=%d H=%d D=%d (pair mask, residual+dropout): fwd %.3f "
-           "ms, bwd %.3f ms, fwd+bwd %.3f ms; saved %.1f MiB, workspace %.1f MiB\n",
-           starting ? "starting" : "ending", N, C, H, D, fwd, bwd, fwd + bwd, sb / 1048576.0, wsb / 1048576.0);
+    printf("triatt timing %s N=%d C=%d H=%d D=%d (pair mask, residual+dropout), fwd CTA order %d: "
+           "fwd %.3f ms, bwd %.3f ms, fwd+bwd %.3f ms; saved %.1f MiB, workspace %.1f MiB\n",
+           starting ? "starting" : "ending", N, C, H, D, pi, fwd, bwd, fwd + bwd, sb / 1048576.0,
+           wsb / 1048576.0);
+    mf_attention_cuda_set_fwd_order(prev_order);
     MF_CHECK_CUDA(cudaFree(saved));
     MF_CHECK_CUDA(cudaFree(ws));
   }
@@ -377,6 +381,13 @@ int main(void) {
     mf_fusion_set_chunk_rows(prev);
     test_triatt(200, 128, 4, 32, 1, 1, RW, 0, s += 20);
     test_triatt(200, 128, 4, 32, 0, 1, CW, 0, s += 20);
+    /* the other orders of the attention forward's CTAs (N = 100: a partial group of rows) */
+    for (int order = 1; order <= 2; order++) {
+      const int prev_order = mf_attention_cuda_set_fwd_order(order);
+      test_triatt(100, 128, 4, 32, 1, 1, RW, 0, s += 20);
+      test_triatt(100, 128, 4, 32, 0, 1, CW, 0, s += 20);
+      mf_attention_cuda_set_fwd_order(prev_order);
+    }
 
     printf("triatt worst relative errors: out %.3g, dz %.3g, parameter gradients %.3g (tol %.1g)\n",
            g_worst[0], g_worst[1], g_worst[2], TOL);

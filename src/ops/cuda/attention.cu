@@ -13,7 +13,7 @@
  *                  registers (exponentials as ex2 of log2e·(s − max)); logits never
  *                  leave the chip; saves lse only. Key tiles double-buffered (cp.async);
  *                  a tile whose keys are all valid skips the per-logit mask.
- *   prep_kernel    backward prologue, one thread per row: Di = Σ_d dout·out (fp32), and
+ *   prep_kernel    backward prologue, PREP_LPR threads per row: Di = Σ_d dout·out (fp32), and
  *                  with a gate dgate = dout·out·(1 − σ(gate)), dO = dout·σ(gate).
  *   dkdv_kernel    one CTA per (b, r, h, key tile), loops over query tiles:
  *                  Sᵀ = K·Qᵀ, Pᵀ = exp(Sᵀ − lse), dPᵀ = V·dOᵀ, dSᵀ = Pᵀ(dPᵀ − Di),
@@ -64,6 +64,8 @@ typedef mf_bf16_t bf16;
  * accumulator forced into global scratch / shared memory (tests and lab), 10 / 11: 8 with
  * the step schedule 0 / 2 of fused_kernel (lab, tests) */
 static int g_variant = 0;
+/* fwd_kernel's CTA order (fwd_cta), mf_attention_cuda_set_fwd_order */
+static int g_fwd_order = 0;
 
 /* ------------------------------------------------------------------------------------
  * Fragment primitives. A fragment of m16n8k16 (bf16): lane = 4g + t;
@@ -377,6 +379,7 @@ typedef struct {
   float *dbp;       /* rs > 1: (rs,B,H,Q,K) fp32 partial sums (dq's packed buffer or the
                      * workspace's scratch, whichever is larger) */
   float *dqacc;     /* fused pass, global mode: (grid, nqb·64, DP) fp32 dQ accumulators */
+  int order;        /* fwd_kernel's CTA order (1×1 layout only): see fwd_cta */
   /* element strides of the views (mf_attn_views); sdO: dO's (packed when it is the
    * workspace's gated copy, else dout's) */
   mf_attn_stride sq, sk, sv, sg, so, sdO, sdq, sdk, sdv;
@@ -440,6 +443,33 @@ __host__ __device__ constexpr int minb_dkdv(bool MMA, int DP, int G) {
 /* ------------------------------------------------------------------------------------
  * Forward. Grid: B·H·⌈nqb/GQ⌉·⌈R/GR⌉ CTAs, r fastest so that the CTAs sharing a bias
  * tile run together. out (B,R,H,Q,D), lse (B,R,H,Q). */
+/* The (r, query tile, h, b) of this CTA of the forward (one warpgroup per CTA), by p.order;
+ * every order visits the same CTAs, so outputs do not depend on it. 0: r fastest, then
+ * the query tile (consecutive CTAs share the bias tile). 1: the query tile fastest, then r
+ * (the CTAs of one (b, r, h) slab run together and share its K/V tiles in L2). 2: groups
+ * of ATT_FWD_RB rows r of one (b, h), inside a group r fastest, then the query tile: both
+ * reuses, with a small working set (ATT_FWD_RB slabs' K/V and one head's bias). */
+#define ATT_FWD_RB 8
+__device__ __forceinline__ void fwd_cta(const att_params &p, int &r, int &qb, int &h, int &b) {
+  const int64_t per_bh = (int64_t)p.R * p.nqb;
+  const int64_t bh = blockIdx.x / per_bh, rem = blockIdx.x - bh * per_bh;
+  h = (int)(bh % p.H);
+  b = (int)(bh / p.H);
+  if (p.order == 1) {
+    r = (int)(rem / p.nqb);
+    qb = (int)(rem - (int64_t)r * p.nqb);
+  } else if (p.order == 2) {
+    const int64_t gsz = (int64_t)ATT_FWD_RB * p.nqb;
+    const int g = (int)(rem / gsz), w = (int)(rem - g * gsz);
+    const int rows = min(ATT_FWD_RB, p.R - g * ATT_FWD_RB);
+    qb = w / rows;
+    r = g * ATT_FWD_RB + (w - qb * rows);
+  } else {
+    qb = (int)(rem / p.R);
+    r = (int)(rem - (int64_t)qb * p.R);
+  }
+}
+
 template <int DP, bool MMA, int GR, int GQ>
 __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * GQ)) fwd_kernel(att_params p) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -452,12 +482,17 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
   uint8_t *Ms = reinterpret_cast<uint8_t *>(reinterpret_cast<bf16 *>(smem) + (G + 4 * GR) * TILE + GQ * 2 * BT) +
                 jr * 2 * ATT_MS; /* [GR][2][ATT_MS] */
 
-  int64_t idx = blockIdx.x;
-  const int nrg = (p.R + GR - 1) / GR, nqg = (p.nqb + GQ - 1) / GQ;
-  const int rr = (int)(idx % nrg) * GR + jr; idx /= nrg;
-  const int qb = (int)(idx % nqg) * GQ + jq; idx /= nqg;
-  const int h = (int)(idx % p.H);
-  const int b = (int)(idx / p.H);
+  int rr, qb, h, b;
+  if (G == 1) {
+    fwd_cta(p, rr, qb, h, b);
+  } else {
+    int64_t idx = blockIdx.x;
+    const int nrg = (p.R + GR - 1) / GR, nqg = (p.nqb + GQ - 1) / GQ;
+    rr = (int)(idx % nrg) * GR + jr; idx /= nrg;
+    qb = (int)(idx % nqg) * GQ + jq; idx /= nqg;
+    h = (int)(idx % p.H);
+    b = (int)(idx / p.H);
+  }
   const bool act = rr < p.R; /* a warpgroup past the last row redoes row R-1, stores nothing */
   const int r = act ? rr : p.R - 1;
   const bool ldkv = jq == 0, ldb = jr == 0; /* who loads the shared tiles */
@@ -592,43 +627,53 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
 typedef struct {
   mf_attn_stride dout, out, gate, dgate;
 } prep_strides;
+#define PREP_LPR 4 /* lanes per row of prep_kernel (a power of two dividing 32) */
 __global__ void prep_kernel(float *Di, bf16 *dO, bf16 *dgate, const bf16 *dout, const bf16 *out,
                             const bf16 *gate, int64_t nrows, int D, int R, int H, int Q,
                             prep_strides ps) {
-  const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (row >= nrows) return;
-  const int64_t brh = row / Q, q = row - brh * Q, br = brh / H;
-  const int h = (int)(brh - br * H), r = (int)(br % R), b = (int)(br / R);
-  const int64_t od = vofs(ps.dout, b, r, h) + q * ps.dout.row, oo = vofs(ps.out, b, r, h) + q * ps.out.row;
-  const int64_t og = gate ? vofs(ps.gate, b, r, h) + q * ps.gate.row : 0;
-  const int64_t odg = dgate ? vofs(ps.dgate, b, r, h) + q * ps.dgate.row : 0;
+  /* PREP_LPR lanes per row, lane sub taking the 16-byte chunks sub, sub + PREP_LPR, …: a
+   * warp reads 8 rows' whole 64-byte head slices per instruction (one row per thread read
+   * them 16 bytes at a time, 32 rows apart) */
+  const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / PREP_LPR;
+  const int sub = (int)(threadIdx.x % PREP_LPR);
+  const bool live = row < nrows;
   float acc = 0.f;
-  for (int c = 0; c < D; c += 8) {
-    const int64_t off = row * D + c;
-    uint4 du = *reinterpret_cast<const uint4 *>(dout + od + c);
-    uint4 ou = *reinterpret_cast<const uint4 *>(out + oo + c);
-    const uint32_t *dw = reinterpret_cast<const uint32_t *>(&du);
-    const uint32_t *ow = reinterpret_cast<const uint32_t *>(&ou);
-    uint4 gu = make_uint4(0, 0, 0, 0), eo = gu, gr = gu;
-    if (gate) gu = *reinterpret_cast<const uint4 *>(gate + og + c);
-    const uint32_t *gw = reinterpret_cast<const uint32_t *>(&gu);
-    uint32_t *ew = reinterpret_cast<uint32_t *>(&eo), *rw = reinterpret_cast<uint32_t *>(&gr);
+  if (live) {
+    const int64_t brh = row / Q, q = row - brh * Q, br = brh / H;
+    const int h = (int)(brh - br * H), r = (int)(br % R), b = (int)(br / R);
+    const int64_t od = vofs(ps.dout, b, r, h) + q * ps.dout.row, oo = vofs(ps.out, b, r, h) + q * ps.out.row;
+    const int64_t og = gate ? vofs(ps.gate, b, r, h) + q * ps.gate.row : 0;
+    const int64_t odg = dgate ? vofs(ps.dgate, b, r, h) + q * ps.dgate.row : 0;
+    for (int c = sub * 8; c < D; c += 8 * PREP_LPR) {
+      const int64_t off = row * D + c;
+      uint4 du = *reinterpret_cast<const uint4 *>(dout + od + c);
+      uint4 ou = *reinterpret_cast<const uint4 *>(out + oo + c);
+      const uint32_t *dw = reinterpret_cast<const uint32_t *>(&du);
+      const uint32_t *ow = reinterpret_cast<const uint32_t *>(&ou);
+      uint4 gu = make_uint4(0, 0, 0, 0), eo = gu, gr = gu;
+      if (gate) gu = *reinterpret_cast<const uint4 *>(gate + og + c);
+      const uint32_t *gw = reinterpret_cast<const uint32_t *>(&gu);
+      uint32_t *ew = reinterpret_cast<uint32_t *>(&eo), *rw = reinterpret_cast<uint32_t *>(&gr);
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const float d0 = lo_f(dw[j]), d1 = hi_f(dw[j]), o0 = lo_f(ow[j]), o1 = hi_f(ow[j]);
-      acc += d0 * o0 + d1 * o1;
+      for (int j = 0; j < 4; j++) {
+        const float d0 = lo_f(dw[j]), d1 = hi_f(dw[j]), o0 = lo_f(ow[j]), o1 = hi_f(ow[j]);
+        acc += d0 * o0 + d1 * o1;
+        if (gate) {
+          const float s0 = 1.f / (1.f + __expf(-lo_f(gw[j]))), s1 = 1.f / (1.f + __expf(-hi_f(gw[j])));
+          ew[j] = pack_bf16x2(d0 * s0, d1 * s1);
+          rw[j] = pack_bf16x2(d0 * o0 * (1.f - s0), d1 * o1 * (1.f - s1));
+        }
+      }
       if (gate) {
-        const float s0 = 1.f / (1.f + __expf(-lo_f(gw[j]))), s1 = 1.f / (1.f + __expf(-hi_f(gw[j])));
-        ew[j] = pack_bf16x2(d0 * s0, d1 * s1);
-        rw[j] = pack_bf16x2(d0 * o0 * (1.f - s0), d1 * o1 * (1.f - s1));
+        *reinterpret_cast<uint4 *>(dO + off) = eo;
+        if (dgate) *reinterpret_cast<uint4 *>(dgate + odg + c) = gr;
       }
     }
-    if (gate) {
-      *reinterpret_cast<uint4 *>(dO + off) = eo;
-      if (dgate) *reinterpret_cast<uint4 *>(dgate + odg + c) = gr;
-    }
   }
-  Di[row] = acc;
+  /* the row's lanes are adjacent and all live or all not: a fixed-order sum */
+#pragma unroll
+  for (int m = 1; m < PREP_LPR; m *= 2) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+  if (live && sub == 0) Di[row] = acc;
 }
 
 /* ------------------------------------------------------------------------------------
@@ -1218,6 +1263,7 @@ static void check_args(const mf_attn_dims *d, const void *const *ptrs, int nptrs
 
 static att_params make_params(mf_attn_dims d) {
   att_params p = {};
+  p.order = g_fwd_order;
   p.B = d.B; p.R = d.R; p.H = d.H; p.Q = d.Q; p.K = d.K; p.D = d.D;
   p.nqb = (int)mf_cdiv(d.Q, ATT_BQ);
   p.nkb = (int)mf_cdiv(d.K, ATT_BK);
@@ -1505,6 +1551,13 @@ static void scratch_dp(const att_params &p, size_t *bytes) {
     }                                                                        \
   } while (0)
 
+extern "C" int mf_attention_cuda_set_fwd_order(int order) {
+  MF_ASSERT(order >= 0 && order <= 2, "attention forward order %d", order);
+  const int old = g_fwd_order;
+  g_fwd_order = order;
+  return old;
+}
+
 extern "C" int mf_attention_cuda_set_variant(int variant) {
   MF_ASSERT(variant >= 0 && variant <= 11, "attention variant %d", variant);
   const int old = g_variant;
@@ -1683,7 +1736,7 @@ extern "C" void mf_attention_backward_strided_cuda(
   p.sdO = gate ? packed_stride(d, d.Q) : vw.dout;
 
   const prep_strides ps = {vw.dout, vw.out, vw.gate, vw.dgate};
-  prep_kernel<<<mf_cdiv(rows, 256), 256, 0, stream>>>(Di, dOeff, dgate, dout, out, gate, rows, d.D,
+  prep_kernel<<<mf_cdiv(rows * PREP_LPR, 256), 256, 0, stream>>>(Di, dOeff, dgate, dout, out, gate, rows, d.D,
                                                       d.R, d.H, d.Q, ps);
   MF_CHECK_LAUNCH();
   if (d.K == 0) { /* no keys: dq = 0 (dk, dv, dbias are empty) */

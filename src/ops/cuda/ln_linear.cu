@@ -12,7 +12,7 @@
 #include "ln_gemm_cuda.h"
 #include "ln_gemm_bwd_cuda.h"
 
-#define LN_ROWS_PER_BLOCK 8 /* warps per block, one row each */
+#define LN_ROWS_PER_BLOCK 8 /* warps per block (ln_rows_kernel: RPW rows each) */
 #define LN_BWD_MAX_BLOCKS 1056 /* 8 blocks of 8 warps per SM on 132 SMs */
 
 static int64_t g_chunk_override = 0;
@@ -39,60 +39,69 @@ extern "C" int64_t mf_fusion_chunk_rows(int64_t M, size_t bytes_per_row) {
 
 /* The row layout and load (mf_row_chan, mf_row_load_bf16) are in fusion_util.cuh. */
 
-/* y (rows, C) = LN(x (rows, C)); one warp per row, V values per lane (C <= 32·V).
- * Statistics in fp32 from registers (two-pass variance). */
-template <int V, bool CONTIG>
+/* y (rows, C) = LN(x (rows, C)); one warp per RPW consecutive rows, V values per lane
+ * (C <= 32·V). The RPW rows' loads are issued together (one row per warp kept too few
+ * bytes in flight: ≈ 35 % of the copy bandwidth at C = 128). Statistics in fp32 from
+ * registers (two-pass variance). */
+template <int V, bool CONTIG, int RPW>
 static __global__ void ln_rows_kernel(bf16 *__restrict__ y, float *__restrict__ mean,
                                float *__restrict__ rstd, const bf16 *__restrict__ x,
                                const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
                                int64_t rows, int C, int mode, int use_saved) {
   const int lane = threadIdx.x % MF_WARP_SIZE, w = threadIdx.x / MF_WARP_SIZE;
-  const int64_t r = (int64_t)blockIdx.x * (blockDim.x / MF_WARP_SIZE) + w;
-  if (r >= rows) return;
-  float v[V];
-  mf_row_load_bf16<V, CONTIG>(v, x + r * C, lane, C);
-  float mu, rs;
-  if (use_saved) {
-    mu = mean[r];
-    rs = rstd[r];
-  } else {
-    float s = 0.0f;
+  const int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x / MF_WARP_SIZE) + w) * RPW;
+  if (r0 >= rows) return;
+  float v[RPW][V];
 #pragma unroll
-    for (int i = 0; i < V; i++) s += v[i];
-    mu = mf_warp_sum(s) / (float)C;
-    float q = 0.0f;
+  for (int j = 0; j < RPW; j++)
+    if (r0 + j < rows) mf_row_load_bf16<V, CONTIG>(v[j], x + (r0 + j) * C, lane, C);
+#pragma unroll
+  for (int j = 0; j < RPW; j++) {
+    const int64_t r = r0 + j;
+    if (r >= rows) break; /* warp-uniform */
+    float mu, rs;
+    if (use_saved) {
+      mu = mean[r];
+      rs = rstd[r];
+    } else {
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < V; i++) s += v[j][i];
+      mu = mf_warp_sum(s) / (float)C;
+      float q = 0.0f;
+#pragma unroll
+      for (int i = 0; i < V; i++) {
+        const float d = v[j][i] - mu;
+        q += mf_row_chan<V, CONTIG>(lane, i) < C ? d * d : 0.0f;
+      }
+      rs = 1.0f / sqrtf(mf_warp_sum(q) / (float)C + (float)MF_LN_EPS);
+      if (lane == 0 && mean) {
+        mean[r] = mu;
+        rstd[r] = rs;
+      }
+    }
+    float o[V];
 #pragma unroll
     for (int i = 0; i < V; i++) {
-      const float d = v[i] - mu;
-      q += mf_row_chan<V, CONTIG>(lane, i) < C ? d * d : 0.0f;
+      const int c = mf_row_chan<V, CONTIG>(lane, i);
+      float t = (v[j][i] - mu) * rs;
+      if (c < C) {
+        if (mode != MF_LN_NONE) t *= mf_bf16_to_f32(gamma[c]);
+        if (mode == MF_LN_FULL) t += mf_bf16_to_f32(beta[c]);
+      }
+      o[i] = t;
     }
-    rs = 1.0f / sqrtf(mf_warp_sum(q) / (float)C + (float)MF_LN_EPS);
-    if (lane == 0 && mean) {
-      mean[r] = mu;
-      rstd[r] = rs;
-    }
-  }
-  float o[V];
+    bf16 *yr = y + r * C;
+    if (CONTIG) {
 #pragma unroll
-  for (int i = 0; i < V; i++) {
-    const int c = mf_row_chan<V, CONTIG>(lane, i);
-    float t = (v[i] - mu) * rs;
-    if (c < C) {
-      if (mode != MF_LN_NONE) t *= mf_bf16_to_f32(gamma[c]);
-      if (mode == MF_LN_FULL) t += mf_bf16_to_f32(beta[c]);
-    }
-    o[i] = t;
-  }
-  bf16 *yr = y + r * C;
-  if (CONTIG) {
+      for (int i = 0; i < V; i += 2)
+        *(__nv_bfloat162 *)(yr + lane * V + i) = __floats2bfloat162_rn(o[i], o[i + 1]);
+    } else {
 #pragma unroll
-    for (int i = 0; i < V; i += 2)
-      *(__nv_bfloat162 *)(yr + lane * V + i) = __floats2bfloat162_rn(o[i], o[i + 1]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < V; i++) {
-      const int c = i * MF_WARP_SIZE + lane;
-      if (c < C) yr[c] = mf_f32_to_bf16(o[i]);
+      for (int i = 0; i < V; i++) {
+        const int c = i * MF_WARP_SIZE + lane;
+        if (c < C) yr[c] = mf_f32_to_bf16(o[i]);
+      }
     }
   }
 }
@@ -116,57 +125,74 @@ static __global__ void ln_rows_bwd_kernel(bf16 *__restrict__ dx, float *__restri
     pb[i] = 0.0f;
     gm[i] = (c < C && mode != MF_LN_NONE) ? mf_bf16_to_f32(gamma[c]) : 1.0f;
   }
-  for (int64_t r = (int64_t)blockIdx.x * nw + w; r < rows; r += (int64_t)gridDim.x * nw) {
-    const float mu = mean[r], rs = rstd[r];
-    float xh[V], d[V], g[V], sg = 0.0f, sgx = 0.0f;
-    mf_row_load_bf16<V, CONTIG>(xh, x + r * C, lane, C);
-    if (CONTIG) {
+  /* two rows of the warp's grid-stride sequence per iteration, loads first (more bytes in
+   * flight); the rows are still accumulated in sequence order */
+  const int64_t stride = (int64_t)gridDim.x * nw;
+  for (int64_t r0 = (int64_t)blockIdx.x * nw + w; r0 < rows; r0 += 2 * stride) {
+    float xl[2][V], dl[2][V], mu[2], rs[2];
 #pragma unroll
-      for (int i = 0; i < V; i += 2) {
-        const float2 t = *(const float2 *)(dy + r * C + lane * V + i);
-        d[i] = t.x;
-        d[i + 1] = t.y;
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < V; i++) {
-        const int c = i * MF_WARP_SIZE + lane;
-        d[i] = c < C ? dy[r * C + c] : 0.0f;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < V; i++) {
-      const int c = mf_row_chan<V, CONTIG>(lane, i);
-      xh[i] = c < C ? (xh[i] - mu) * rs : 0.0f;
-      g[i] = d[i] * gm[i];
-      sg += g[i];
-      sgx += g[i] * xh[i];
-      pg[i] += d[i] * xh[i];
-      pb[i] += d[i];
-    }
-    sg = mf_warp_sum(sg) / (float)C;
-    sgx = mf_warp_sum(sgx) / (float)C;
-    if (dx) {
-      bf16 *dr = dx + r * C;
+    for (int u = 0; u < 2; u++) {
+      const int64_t r = r0 + u * stride;
+      if (r >= rows) break; /* warp-uniform */
+      mu[u] = mean[r];
+      rs[u] = rstd[r];
+      mf_row_load_bf16<V, CONTIG>(xl[u], x + r * C, lane, C);
       if (CONTIG) {
 #pragma unroll
         for (int i = 0; i < V; i += 2) {
-          float a0 = rs * (g[i] - sg - xh[i] * sgx), a1 = rs * (g[i + 1] - sg - xh[i + 1] * sgx);
-          if (accumulate) {
-            const __nv_bfloat162 o = *(const __nv_bfloat162 *)(dr + lane * V + i);
-            a0 += __low2float(o);
-            a1 += __high2float(o);
-          }
-          *(__nv_bfloat162 *)(dr + lane * V + i) = __floats2bfloat162_rn(a0, a1);
+          const float2 t = *(const float2 *)(dy + r * C + lane * V + i);
+          dl[u][i] = t.x;
+          dl[u][i + 1] = t.y;
         }
       } else {
 #pragma unroll
         for (int i = 0; i < V; i++) {
           const int c = i * MF_WARP_SIZE + lane;
-          if (c < C) {
-            float v = rs * (g[i] - sg - xh[i] * sgx);
-            if (accumulate) v += mf_bf16_to_f32(dr[c]);
-            dr[c] = mf_f32_to_bf16(v);
+          dl[u][i] = c < C ? dy[r * C + c] : 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+      const int64_t r = r0 + u * stride;
+      if (r >= rows) break;
+      float xh[V], g[V], sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+      for (int i = 0; i < V; i++) {
+        const int c = mf_row_chan<V, CONTIG>(lane, i);
+        const float d = dl[u][i];
+        xh[i] = c < C ? (xl[u][i] - mu[u]) * rs[u] : 0.0f;
+        g[i] = d * gm[i];
+        sg += g[i];
+        sgx += g[i] * xh[i];
+        pg[i] += d * xh[i];
+        pb[i] += d;
+      }
+      sg = mf_warp_sum(sg) / (float)C;
+      sgx = mf_warp_sum(sgx) / (float)C;
+      if (dx) {
+        const float rsu = rs[u];
+        bf16 *dr = dx + r * C;
+        if (CONTIG) {
+#pragma unroll
+          for (int i = 0; i < V; i += 2) {
+            float a0 = rsu * (g[i] - sg - xh[i] * sgx), a1 = rsu * (g[i + 1] - sg - xh[i + 1] * sgx);
+            if (accumulate) {
+              const __nv_bfloat162 o = *(const __nv_bfloat162 *)(dr + lane * V + i);
+              a0 += __low2float(o);
+              a1 += __high2float(o);
+            }
+            *(__nv_bfloat162 *)(dr + lane * V + i) = __floats2bfloat162_rn(a0, a1);
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < V; i++) {
+            const int c = i * MF_WARP_SIZE + lane;
+            if (c < C) {
+              float v = rsu * (g[i] - sg - xh[i] * sgx);
+              if (accumulate) v += mf_bf16_to_f32(dr[c]);
+              dr[c] = mf_f32_to_bf16(v);
+            }
           }
         }
       }
@@ -260,9 +286,15 @@ static void launch_ln_rows(bf16 *y, float *mean, float *rstd, const bf16 *x, con
                            cudaStream_t s) {
   if (rows <= 0) return;
   const int threads = LN_ROWS_PER_BLOCK * MF_WARP_SIZE;
-  const unsigned blocks = mf_cdiv(rows, LN_ROWS_PER_BLOCK);
-  LN_DISPATCH(V, CG, (ln_rows_kernel<V, CG><<<blocks, threads, 0, s>>>(
-                         y, mean, rstd, x, gamma, beta, rows, C, (int)mode, use_saved)));
+  if (C <= 256) { /* 4 rows per warp */
+    const unsigned blocks = mf_cdiv(rows, LN_ROWS_PER_BLOCK * 4);
+    LN_DISPATCH(V, CG, (ln_rows_kernel<V, CG, 4><<<blocks, threads, 0, s>>>(
+                           y, mean, rstd, x, gamma, beta, rows, C, (int)mode, use_saved)));
+  } else {
+    const unsigned blocks = mf_cdiv(rows, LN_ROWS_PER_BLOCK);
+    LN_DISPATCH(V, CG, (ln_rows_kernel<V, CG, 1><<<blocks, threads, 0, s>>>(
+                           y, mean, rstd, x, gamma, beta, rows, C, (int)mode, use_saved)));
+  }
   MF_CHECK_LAUNCH();
 }
 
