@@ -263,7 +263,7 @@ static __device__ __forceinline__ void tri_cm_load_v(bf16 *tile, const bf16 *__r
         const int c = idx / ng, g = idx - c * ng;
         const int64_t off = (int64_t)c * M + col0 + g * 8;
         u[0][i] = *(const uint4 *)(T_cm + off);
-        if (NT == 2) u[NT - 1][i] = *(const uint4 *)(T2_cm + off);
+        if constexpr (NT == 2) u[NT - 1][i] = *(const uint4 *)(T2_cm + off);
       }
     }
 #pragma unroll
