@@ -649,9 +649,11 @@ static void test_trimul(int N, int C, int Ch, int outgoing, int use_mask, int re
   void *saved_d = dev_alloc(sb), *ws = ws_alloc(wsb);
   double *res0 = mf_test_alloc(M * C);
   rand_bf16(res0, M * C, seed + 11, 1.0, 0.0);
-  snprintf(what, sizeof what, "trimul %s N=%d C=%d Ch=%d%s%s chunk=%lld",
+  const int tvar = mf_trimul_cuda_set_variant(1); /* read the variant in force */
+  mf_trimul_cuda_set_variant(tvar);
+  snprintf(what, sizeof what, "trimul %s N=%d C=%d Ch=%d%s%s chunk=%lld variant=%d",
            outgoing ? "outgoing" : "incoming", N, C, Ch, use_mask ? " mask" : "",
-           resdrop ? " +residual+dropout" : "", (long long)chunk);
+           resdrop ? " +residual+dropout" : "", (long long)chunk, tvar);
   raw_set runs[2] = {};
   for (int run = 0; run < 2; run++) {
     float *gd = to_f32(g0, np);
@@ -780,6 +782,23 @@ int main(void) {
   test_trimul(65, 128, 128, 1, 1, 0, 1024, s += 20);
   test_trimul(65, 128, 128, 0, 1, 1, 1024, s += 20);
   test_trimul(9, 20, 12, 0, 1, 1, 0, s += 20); /* channels not multiples of 8 */
+  /* N² % 8 == 0: the vectorised transposing kernels (variant 1, the default) — full and
+   * partial 64-row tiles, chunks of 8k rows (104, 40), Ch/8 not a power of two (24),
+   * Ch = 256 (shared memory above 48 KiB), Ch = 8; chunk 96 of M = 1156 ends in a
+   * 4-row chunk and chunk 100 puts chunk starts off the 8-column grid (the scalar kernels
+   * for those chunks, the vectorised ones for the others) */
+  test_trimul(16, 128, 128, 1, 1, 1, 0, s += 20);
+  test_trimul(20, 128, 128, 0, 1, 0, 104, s += 20);
+  test_trimul(16, 40, 24, 0, 1, 0, 0, s += 20);
+  test_trimul(8, 16, 256, 1, 1, 0, 0, s += 20);
+  test_trimul(16, 8, 8, 1, 0, 1, 40, s += 20);
+  test_trimul(34, 64, 32, 1, 1, 1, 96, s += 20);
+  test_trimul(34, 64, 32, 0, 1, 0, 100, s += 20);
+  /* variant 0: the scalar kernels on the same even shapes */
+  const int tri_default = mf_trimul_cuda_set_variant(0);
+  test_trimul(16, 128, 128, 1, 1, 1, 0, s += 20);
+  test_trimul(20, 128, 128, 0, 1, 0, 104, s += 20);
+  mf_trimul_cuda_set_variant(tri_default);
 
   mf_cuda_blas_destroy(&g_blas);
   return mf_test_end();

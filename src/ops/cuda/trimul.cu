@@ -2,13 +2,16 @@
  * LN_in staging + one projection GEMM + gate/mask epilogue into channel-major A, B;
  * batched per-channel GEMMs; LN_out (channel-major in, row-major staging out) + W_z GEMM
  * + gated output epilogue with an optional fused residual + row/column dropout.
- * See trimul_cuda.h. Not the CPU reference (src/ops/cpu/trimul.c). */
+ * The four transposing kernels (gate forward, LN_out forward and backward, gate backward)
+ * exist twice: scalar 32-row tiles, and vectorised 64-row tiles where the chunk's columns
+ * are 8-aligned (mf_trimul_cuda_set_variant). See trimul_cuda.h. Not the CPU reference
+ * (src/ops/cpu/trimul.c). */
 #include "trimul_cuda.h"
 
 #include "fusion_util.cuh"
 #include "ln_linear_cuda.h"
 
-#define TRI_TM 32      /* rows (pair positions) per tile of the transposing kernels */
+#define TRI_TM 32      /* rows (pair positions) per tile of the scalar transposing kernels */
 #define TRI_THREADS 256
 #define TRI_MAX_CHV 8  /* Ch <= 32·8 */
 
@@ -221,6 +224,311 @@ static __global__ void tri_gate_bwd_kernel(bf16 *__restrict__ P4, const bf16 *__
   }
 }
 
+/* ---------------------------------------------------------------- vectorised kernels (variant 1)
+ * The same four kernels with 16-byte accesses on both sides: TRI_TMV-row tiles, bf16
+ * staging in shared memory laid out row-major (row r, channels c) with 16-byte chunks
+ * XOR-swizzled by the row's group of 8 (chunk j stored at j ^ ((r >> 3) & smask)), so the
+ * channel-major side (a thread: 8 consecutive pair rows m of one channel, one uint4 in
+ * global memory, 8 scalar bf16 in shared memory, lanes over the tile's 8-row groups first)
+ * and the row-major side (a thread: 8 consecutive channels of one row, uint4 both in global
+ * and shared memory) are both free of bank conflicts. Used where Ch % 8 == 0 and the
+ * chunk's columns are 8-aligned in the (Ch, M) arrays: M % 8 == 0, m0 % 8 == 0,
+ * rows % 8 == 0 (tri_vec_ok); else the kernels above run. Values are rounded to bf16
+ * exactly where the kernels above round them; only LN reductions are summed in another
+ * order. smask = (largest power of two dividing Ch/8, at most 8) − 1; lg = log2 of the
+ * lanes per row in the LN kernels (the smallest power of two >= Ch/8). */
+
+#define TRI_TMV 64 /* rows per tile of the vectorised kernels */
+#define TRI_CM_UNROLL 4
+
+static __device__ __forceinline__ int tri_sw(int r, int c, int Ch, int smask) {
+  return r * Ch + ((((c >> 3) ^ ((r >> 3) & smask))) << 3) + (c & 7);
+}
+
+/* tile (TRI_TMV, Ch) bf16 swizzled = T_cm (Ch, M) columns col0 .. col0 + nr − 1 (nr % 8 == 0,
+ * col0 % 8 == 0, M % 8 == 0), by the whole block; with NT = 2 also tile2 from T2_cm, both
+ * tiles' loads in flight together. The caller synchronises. */
+template <int NT>
+static __device__ __forceinline__ void tri_cm_load_v(bf16 *tile, const bf16 *__restrict__ T_cm,
+                                                     bf16 *tile2, const bf16 *__restrict__ T2_cm,
+                                                     int64_t M, int64_t col0, int nr, int Ch,
+                                                     int smask) {
+  const int ng = nr >> 3, total = Ch * ng;
+  for (int base = threadIdx.x; base < total; base += TRI_CM_UNROLL * blockDim.x) {
+    uint4 u[NT][TRI_CM_UNROLL];
+#pragma unroll
+    for (int i = 0; i < TRI_CM_UNROLL; i++) {
+      const int idx = base + i * blockDim.x;
+      if (idx < total) {
+        const int c = idx / ng, g = idx - c * ng;
+        const int64_t off = (int64_t)c * M + col0 + g * 8;
+        u[0][i] = *(const uint4 *)(T_cm + off);
+        if constexpr (NT == 2) u[NT - 1][i] = *(const uint4 *)(T2_cm + off);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < TRI_CM_UNROLL; i++) {
+      const int idx = base + i * blockDim.x;
+      if (idx < total) {
+        const int c = idx / ng, g = idx - c * ng;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+          const bf16 *h = (const bf16 *)&u[t][i];
+          bf16 *dst = t ? tile2 : tile;
+#pragma unroll
+          for (int k = 0; k < 8; k++) dst[tri_sw(g * 8 + k, c, Ch, smask)] = h[k];
+        }
+      }
+    }
+  }
+}
+
+/* dst (Ch, M) columns col0 .. col0 + nr − 1 = tile (TRI_TMV, Ch) swizzled (same conditions). */
+static __device__ __forceinline__ void tri_cm_store_v(bf16 *__restrict__ dst, const bf16 *tile,
+                                                      int64_t M, int64_t col0, int nr, int Ch,
+                                                      int smask) {
+  const int ng = nr >> 3, total = Ch * ng;
+  for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
+    const int c = idx / ng, g = idx - c * ng;
+    uint4 u;
+    bf16 *h = (bf16 *)&u;
+#pragma unroll
+    for (int k = 0; k < 8; k++) h[k] = tile[tri_sw(g * 8 + k, c, Ch, smask)];
+    *(uint4 *)(dst + (int64_t)c * M + col0 + g * 8) = u;
+  }
+}
+
+/* The row's chunk j (channels 8j .. 8j + 7) in a swizzled tile. */
+static __device__ __forceinline__ bf16 *tri_row_chunk(bf16 *tile, int r, int j, int Ch, int smask) {
+  return tile + r * Ch + ((j ^ ((r >> 3) & smask)) << 3);
+}
+
+/* Sum over the 2^lg lanes of a row group (lanes differing in the low lg bits). */
+static __device__ __forceinline__ float tri_group_sum(float v, int lg) {
+  for (int o = (1 << lg) >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/* tri_gate_fwd_kernel, vectorised (C % 8 == 0 too). Shared: A and B tiles. */
+static __global__ void tri_gate_fwd_v_kernel(bf16 *__restrict__ A_cm, bf16 *__restrict__ B_cm,
+                                             bf16 *__restrict__ sg, const bf16 *__restrict__ P,
+                                             const uint8_t *__restrict__ pm, int64_t M,
+                                             int64_t m0, int64_t rows, int C, int Ch, int smask) {
+  extern __shared__ uint4 tri_smv[];
+  bf16 *ta = (bf16 *)tri_smv, *tb = ta + TRI_TMV * Ch; /* (TRI_TMV, Ch) each, swizzled */
+  const int64_t t0 = (int64_t)blockIdx.x * TRI_TMV;
+  const int nr = (int)(rows - t0 < TRI_TMV ? rows - t0 : TRI_TMV);
+  const int ldp = 4 * Ch + C, nch = Ch >> 3;
+  for (int idx = threadIdx.x; idx < nr * nch; idx += blockDim.x) {
+    const int r = idx / nch, j = idx - r * nch;
+    const bf16 *prow = P + (t0 + r) * ldp + j * 8;
+    float ap[8], ag[8], bp[8], bg[8];
+    mf_ldv<8>(ap, prow);
+    mf_ldv<8>(ag, prow + Ch);
+    mf_ldv<8>(bp, prow + 2 * Ch);
+    mf_ldv<8>(bg, prow + 3 * Ch);
+    const bool keep = pm ? pm[m0 + t0 + r] != 0 : true;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      ap[k] = keep ? mf_sigmoidf(ag[k]) * ap[k] : 0.0f;
+      bp[k] = keep ? mf_sigmoidf(bg[k]) * bp[k] : 0.0f;
+    }
+    mf_stv<8>(tri_row_chunk(ta, r, j, Ch, smask), ap);
+    mf_stv<8>(tri_row_chunk(tb, r, j, Ch, smask), bp);
+  }
+  const int gv = C >> 3;
+  for (int idx = threadIdx.x; idx < nr * gv; idx += blockDim.x) {
+    const int r = idx / gv, c = (idx - r * gv) * 8;
+    float g[8];
+    mf_ldv<8>(g, P + (t0 + r) * ldp + 4 * Ch + c);
+#pragma unroll
+    for (int k = 0; k < 8; k++) g[k] = mf_sigmoidf(g[k]);
+    mf_stv<8>(sg + (m0 + t0 + r) * C + c, g);
+  }
+  __syncthreads();
+  tri_cm_store_v(A_cm, ta, M, m0 + t0, nr, Ch, smask);
+  tri_cm_store_v(B_cm, tb, M, m0 + t0, nr, Ch, smask);
+}
+
+/* tri_ln_cm_kernel, vectorised: 2^lg lanes per row, 8 channels per lane. */
+static __global__ void tri_ln_cm_v_kernel(bf16 *__restrict__ y, float *__restrict__ mean,
+                                          float *__restrict__ rstd, const bf16 *__restrict__ T_cm,
+                                          const bf16 *__restrict__ gamma,
+                                          const bf16 *__restrict__ beta, int64_t M, int64_t m0,
+                                          int64_t rows, int Ch, int use_saved, int smask, int lg) {
+  extern __shared__ uint4 tri_smv[];
+  bf16 *tile = (bf16 *)tri_smv; /* (TRI_TMV, Ch) swizzled */
+  const int64_t t0 = (int64_t)blockIdx.x * TRI_TMV;
+  const int nr = (int)(rows - t0 < TRI_TMV ? rows - t0 : TRI_TMV);
+  tri_cm_load_v<1>(tile, T_cm, NULL, NULL, M, m0 + t0, nr, Ch, smask);
+  const int lane = threadIdx.x % MF_WARP_SIZE, w = threadIdx.x / MF_WARP_SIZE;
+  const int nw = blockDim.x / MF_WARP_SIZE, rpw = MF_WARP_SIZE >> lg;
+  const int j = lane & ((1 << lg) - 1), sub = lane >> lg;
+  const bool act = j < (Ch >> 3);
+  float gm[8], bt[8];
+#pragma unroll
+  for (int k = 0; k < 8; k++) { /* scalar: the weights need not be 16-byte aligned */
+    gm[k] = act ? mf_bf16_to_f32(gamma[j * 8 + k]) : 0.0f;
+    bt[k] = act ? mf_bf16_to_f32(beta[j * 8 + k]) : 0.0f;
+  }
+  __syncthreads();
+  for (int rb = w * rpw; rb < nr; rb += nw * rpw) { /* uniform per warp */
+    const int r = rb + sub;
+    const bool ok = act && r < nr;
+    const int64_t m = m0 + t0 + r;
+    float x[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) x[k] = 0.0f;
+    if (ok) mf_ldv<8>(x, tri_row_chunk(tile, r, j, Ch, smask));
+    float mu = 0.0f, rs = 0.0f;
+    if (use_saved) {
+      if (r < nr) {
+        mu = mean[m];
+        rs = rstd[m];
+      }
+    } else {
+      float s = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 8; k++) s += x[k];
+      mu = tri_group_sum(s, lg) / (float)Ch;
+      float q = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 8; k++) {
+        const float d = x[k] - mu;
+        q += ok ? d * d : 0.0f;
+      }
+      rs = 1.0f / sqrtf(tri_group_sum(q, lg) / (float)Ch + (float)MF_LN_EPS);
+      if (j == 0 && r < nr) {
+        mean[m] = mu;
+        rstd[m] = rs;
+      }
+    }
+    if (ok) {
+#pragma unroll
+      for (int k = 0; k < 8; k++) x[k] = (x[k] - mu) * rs * gm[k] + bt[k];
+      mf_stv<8>(y + (t0 + r) * Ch + j * 8, x);
+    }
+  }
+}
+
+/* tri_ln_cm_bwd_kernel, vectorised; part (gridDim.x, 2Ch) as there (per TRI_TMV-row block).
+ * Shared: the T tile (overwritten by dT), then (warps · rows per warp, 2Ch) fp32. */
+static __global__ void __launch_bounds__(TRI_THREADS, 4)
+tri_ln_cm_bwd_v_kernel(bf16 *__restrict__ dT_cm, float *__restrict__ part,
+                       const float *__restrict__ dy, const bf16 *__restrict__ T_cm,
+                       const float *__restrict__ mean, const float *__restrict__ rstd,
+                       const bf16 *__restrict__ gamma, int64_t M, int64_t m0, int64_t rows,
+                       int Ch, int smask, int lg) {
+  extern __shared__ uint4 tri_smv[];
+  bf16 *tile = (bf16 *)tri_smv;
+  float *red = (float *)(tile + TRI_TMV * Ch);
+  const int64_t t0 = (int64_t)blockIdx.x * TRI_TMV;
+  const int nr = (int)(rows - t0 < TRI_TMV ? rows - t0 : TRI_TMV);
+  const int lane = threadIdx.x % MF_WARP_SIZE, w = threadIdx.x / MF_WARP_SIZE;
+  const int nw = blockDim.x / MF_WARP_SIZE, rpw = MF_WARP_SIZE >> lg;
+  const int j = lane & ((1 << lg) - 1), sub = lane >> lg;
+  const bool act = j < (Ch >> 3);
+  float gm[8], pg[8], pb[8], dn[8]; /* dn: the next row's dy, loaded one row ahead */
+#pragma unroll
+  for (int k = 0; k < 8; k++) { /* gamma scalar: the weights need not be 16-byte aligned */
+    gm[k] = act ? mf_bf16_to_f32(gamma[j * 8 + k]) : 0.0f;
+    pg[k] = pb[k] = dn[k] = 0.0f;
+  }
+  if (act && w * rpw + sub < nr) mf_ldvf<8>(dn, dy + (t0 + w * rpw + sub) * Ch + j * 8);
+  tri_cm_load_v<1>(tile, T_cm, NULL, NULL, M, m0 + t0, nr, Ch, smask);
+  __syncthreads();
+  for (int rb = w * rpw; rb < nr; rb += nw * rpw) { /* uniform per warp */
+    const int r = rb + sub;
+    const bool ok = act && r < nr;
+    float x[8], g[8], d[8], mu = 0.0f, rs = 0.0f, sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      x[k] = g[k] = 0.0f;
+      d[k] = dn[k];
+    }
+    if (act && r + nw * rpw < nr) mf_ldvf<8>(dn, dy + (t0 + r + nw * rpw) * Ch + j * 8);
+    if (ok) {
+      const int64_t m = m0 + t0 + r;
+      mu = mean[m];
+      rs = rstd[m];
+      mf_ldv<8>(x, tri_row_chunk(tile, r, j, Ch, smask));
+#pragma unroll
+      for (int k = 0; k < 8; k++) {
+        x[k] = (x[k] - mu) * rs;
+        g[k] = d[k] * gm[k];
+        pg[k] += d[k] * x[k];
+        pb[k] += d[k];
+        sg += g[k];
+        sgx += g[k] * x[k];
+      }
+    }
+    sg = tri_group_sum(sg, lg) / (float)Ch;
+    sgx = tri_group_sum(sgx, lg) / (float)Ch;
+    if (ok) {
+#pragma unroll
+      for (int k = 0; k < 8; k++) x[k] = rs * (g[k] - sg - x[k] * sgx);
+      mf_stv<8>(tri_row_chunk(tile, r, j, Ch, smask), x);
+    }
+  }
+  if (act) {
+    float *rr = red + (w * rpw + sub) * 2 * Ch + j * 8;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      rr[k] = pg[k];
+      rr[Ch + k] = pb[k];
+    }
+  }
+  __syncthreads();
+  tri_cm_store_v(dT_cm, tile, M, m0 + t0, nr, Ch, smask);
+  const int ng = nw * rpw;
+  for (int jj = threadIdx.x; jj < 2 * Ch; jj += blockDim.x) {
+    float s = 0.0f;
+    for (int k = 0; k < ng; k++) s += red[k * 2 * Ch + jj];
+    part[(int64_t)blockIdx.x * 2 * Ch + jj] = s;
+  }
+}
+
+/* tri_gate_bwd_kernel, vectorised. Shared: dA and dB tiles. */
+static __global__ void __launch_bounds__(TRI_THREADS, 4)
+tri_gate_bwd_v_kernel(bf16 *__restrict__ P4, const bf16 *__restrict__ dA_cm,
+                      const bf16 *__restrict__ dB_cm, const uint8_t *__restrict__ pm, int64_t M,
+                      int64_t m0, int64_t rows, int Ch, int smask) {
+  extern __shared__ uint4 tri_smv[];
+  bf16 *ta = (bf16 *)tri_smv, *tb = ta + TRI_TMV * Ch;
+  const int64_t t0 = (int64_t)blockIdx.x * TRI_TMV;
+  const int nr = (int)(rows - t0 < TRI_TMV ? rows - t0 : TRI_TMV);
+  const int nch = Ch >> 3;
+  tri_cm_load_v<2>(ta, dA_cm, tb, dB_cm, M, m0 + t0, nr, Ch, smask);
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < nr * nch; idx += blockDim.x) {
+    const int r = idx / nch, j = idx - r * nch;
+    bf16 *prow = P4 + (t0 + r) * 4 * Ch + j * 8;
+    const bool keep = pm ? pm[m0 + t0 + r] != 0 : true;
+    uint4 up[2], ug[2], ud[2]; /* all six 16-byte loads in flight before the arithmetic */
+#pragma unroll
+    for (int op = 0; op < 2; op++) {
+      up[op] = *(const uint4 *)(prow + op * 2 * Ch);
+      ug[op] = *(const uint4 *)(prow + op * 2 * Ch + Ch);
+      ud[op] = *(const uint4 *)tri_row_chunk(op ? tb : ta, r, j, Ch, smask);
+    }
+#pragma unroll
+    for (int op = 0; op < 2; op++) {
+      float p[8], g[8], dd[8];
+      mf_ldv<8>(p, (const bf16 *)&up[op]);
+      mf_ldv<8>(g, (const bf16 *)&ug[op]);
+      mf_ldv<8>(dd, (const bf16 *)&ud[op]);
+#pragma unroll
+      for (int k = 0; k < 8; k++) {
+        const float d = keep ? dd[k] : 0.0f, sv = mf_sigmoidf(g[k]);
+        g[k] = d * p[k] * sv * (1.0f - sv);
+        p[k] = d * sv;
+      }
+      mf_stv<8>(prow + op * 2 * Ch, p);
+      mf_stv<8>(prow + op * 2 * Ch + Ch, g);
+    }
+  }
+}
+
 /* out (M, C) rows m0..: = sg ⊙ u, or += mask ⊙ sg ⊙ u (mask != NULL: the residual);
  * VEC consecutive channels per thread (8 when C % 8 == 0). */
 template <int VEC>
@@ -287,9 +595,46 @@ static __global__ void tri_out_bwd_kernel(bf16 *__restrict__ du, bf16 *__restric
 
 static size_t tile_smem(int Ch) { return (size_t)Ch * (TRI_TM + 1) * sizeof(float); }
 
+static int g_tri_variant = 1;
+
+extern "C" int mf_trimul_cuda_set_variant(int variant) {
+  const int old = g_tri_variant;
+  g_tri_variant = variant == 0 ? 0 : 1;
+  return old;
+}
+
+/* The vectorised kernels apply to this chunk (see above them) with these arrays. */
+static int tri_al16(const void *p) { return (uintptr_t)p % 16 == 0; }
+static int tri_vec_ok(int64_t M, int64_t m0, int64_t rows, int Ch, const void *cm0,
+                      const void *cm1, const void *rm) {
+  return g_tri_variant == 1 && Ch % 8 == 0 && M % 8 == 0 && m0 % 8 == 0 && rows % 8 == 0 &&
+         tri_al16(cm0) && tri_al16(cm1) && tri_al16(rm);
+}
+static int tri_smask(int Ch) {
+  int p = (Ch / 8) & -(Ch / 8);
+  return (p > 8 ? 8 : p) - 1;
+}
+static int tri_lg(int Ch) {
+  int lg = 0;
+  while ((1 << lg) < Ch / 8) lg++;
+  return lg;
+}
+static size_t tile_smem_v(int Ch) { return (size_t)TRI_TMV * Ch * sizeof(bf16); }
+/* Opts kernel func in to smem bytes of dynamic shared memory where above the default. */
+static void tri_smem_optin(const void *func, size_t smem) {
+  if (smem > 48 * 1024)
+    MF_CHECK_CUDA(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem));
+}
+
 static void launch_gate_fwd(bf16 *A_cm, bf16 *B_cm, bf16 *sg, const bf16 *P, const uint8_t *pm,
                             int64_t M, int64_t m0, int64_t rows, int C, int Ch, cudaStream_t s) {
-  if (C % 8 == 0 && Ch % 8 == 0)
+  if (C % 8 == 0 && tri_vec_ok(M, m0, rows, Ch, A_cm, B_cm, P) && tri_al16(sg)) {
+    const size_t smem = 2 * tile_smem_v(Ch);
+    tri_smem_optin((const void *)tri_gate_fwd_v_kernel, smem);
+    tri_gate_fwd_v_kernel<<<mf_cdiv(rows, TRI_TMV), TRI_THREADS, smem, s>>>(
+        A_cm, B_cm, sg, P, pm, M, m0, rows, C, Ch, tri_smask(Ch));
+  } else if (C % 8 == 0 && Ch % 8 == 0)
     tri_gate_fwd_kernel<8><<<mf_cdiv(rows, TRI_TM), TRI_THREADS, tile_smem(Ch), s>>>(
         A_cm, B_cm, sg, P, pm, M, m0, rows, C, Ch);
   else
@@ -300,25 +645,46 @@ static void launch_gate_fwd(bf16 *A_cm, bf16 *B_cm, bf16 *sg, const bf16 *P, con
 static void launch_ln_cm(bf16 *y, float *mean, float *rstd, const bf16 *T_cm, const bf16 *g,
                          const bf16 *b, int64_t M, int64_t m0, int64_t rows, int Ch, int use_saved,
                          cudaStream_t s) {
-  tri_ln_cm_kernel<<<mf_cdiv(rows, TRI_TM), TRI_THREADS, tile_smem(Ch), s>>>(
-      y, mean, rstd, T_cm, g, b, M, m0, rows, Ch, use_saved);
+  if (tri_vec_ok(M, m0, rows, Ch, T_cm, T_cm, y))
+    tri_ln_cm_v_kernel<<<mf_cdiv(rows, TRI_TMV), TRI_THREADS, tile_smem_v(Ch), s>>>(
+        y, mean, rstd, T_cm, g, b, M, m0, rows, Ch, use_saved, tri_smask(Ch), tri_lg(Ch));
+  else
+    tri_ln_cm_kernel<<<mf_cdiv(rows, TRI_TM), TRI_THREADS, tile_smem(Ch), s>>>(
+        y, mean, rstd, T_cm, g, b, M, m0, rows, Ch, use_saved);
   MF_CHECK_LAUNCH();
 }
+/* Partials of the LN_out backward for a chunk of rows: at most this many (the workspace's
+ * size); launch_ln_cm_bwd returns the number it wrote. */
 static int ln_cm_bwd_parts(int64_t rows) { return (int)mf_cdiv(rows, TRI_TM); }
-static void launch_ln_cm_bwd(bf16 *dT_cm, float *part, const float *dy, const bf16 *T_cm,
-                             const float *mean, const float *rstd, const bf16 *g, int64_t M,
-                             int64_t m0, int64_t rows, int Ch, cudaStream_t s) {
-  const size_t smem = tile_smem(Ch) + (size_t)(TRI_THREADS / MF_WARP_SIZE) * 2 * Ch * sizeof(float);
-  if (smem > 48 * 1024) /* Ch > 128: opt in to more than the default dynamic shared memory */
-    MF_CHECK_CUDA(cudaFuncSetAttribute(tri_ln_cm_bwd_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+static int launch_ln_cm_bwd(bf16 *dT_cm, float *part, const float *dy, const bf16 *T_cm,
+                            const float *mean, const float *rstd, const bf16 *g, int64_t M,
+                            int64_t m0, int64_t rows, int Ch, cudaStream_t s) {
+  const int nw = TRI_THREADS / MF_WARP_SIZE;
+  if (tri_vec_ok(M, m0, rows, Ch, dT_cm, T_cm, dy)) {
+    const int lg = tri_lg(Ch), parts = (int)mf_cdiv(rows, TRI_TMV);
+    const size_t smem =
+        tile_smem_v(Ch) + (size_t)nw * (MF_WARP_SIZE >> lg) * 2 * Ch * sizeof(float);
+    tri_smem_optin((const void *)tri_ln_cm_bwd_v_kernel, smem);
+    tri_ln_cm_bwd_v_kernel<<<parts, TRI_THREADS, smem, s>>>(dT_cm, part, dy, T_cm, mean, rstd, g,
+                                                           M, m0, rows, Ch, tri_smask(Ch), lg);
+    MF_CHECK_LAUNCH();
+    return parts;
+  }
+  const size_t smem = tile_smem(Ch) + (size_t)nw * 2 * Ch * sizeof(float);
+  tri_smem_optin((const void *)tri_ln_cm_bwd_kernel, smem); /* Ch > 128 */
   tri_ln_cm_bwd_kernel<<<ln_cm_bwd_parts(rows), TRI_THREADS, smem, s>>>(
       dT_cm, part, dy, T_cm, mean, rstd, g, M, m0, rows, Ch);
   MF_CHECK_LAUNCH();
+  return ln_cm_bwd_parts(rows);
 }
 static void launch_gate_bwd(bf16 *P4, const bf16 *dA_cm, const bf16 *dB_cm, const uint8_t *pm,
                             int64_t M, int64_t m0, int64_t rows, int Ch, cudaStream_t s) {
-  if (Ch % 8 == 0)
+  if (tri_vec_ok(M, m0, rows, Ch, dA_cm, dB_cm, P4)) {
+    const size_t smem = 2 * tile_smem_v(Ch);
+    tri_smem_optin((const void *)tri_gate_bwd_v_kernel, smem);
+    tri_gate_bwd_v_kernel<<<mf_cdiv(rows, TRI_TMV), TRI_THREADS, smem, s>>>(
+        P4, dA_cm, dB_cm, pm, M, m0, rows, Ch, tri_smask(Ch));
+  } else if (Ch % 8 == 0)
     tri_gate_bwd_kernel<8><<<mf_cdiv(rows, TRI_TM), TRI_THREADS, tile_smem(Ch), s>>>(
         P4, dA_cm, dB_cm, pm, M, m0, rows, Ch);
   else
@@ -532,10 +898,9 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
                       MF_GEMM_OUT_F32, C);
     mf_gemm_rm_cuda(blas, stream, 0, 0, rows, Ch, C, 1.0f, b.du, C, w->w_z, Ch, 0.0f, b.dy,
                     MF_GEMM_OUT_F32, Ch);
-    launch_ln_cm_bwd(b.dT, b.part, b.dy, s.t, s.mu_out, s.rs_out, w->ln_out_g, M, r0, rows, Ch,
-                     stream);
-    mf_ln_param_grad_reduce_cuda(G(ln_out_g), G(ln_out_b), b.part, ln_cm_bwd_parts(rows), Ch,
-                                 stream);
+    const int parts = launch_ln_cm_bwd(b.dT, b.part, b.dy, s.t, s.mu_out, s.rs_out,
+                                       w->ln_out_g, M, r0, rows, Ch, stream);
+    mf_ln_param_grad_reduce_cuda(G(ln_out_g), G(ln_out_b), b.part, parts, Ch, stream);
   }
 
   /* phase 2: the contraction's gradients, per channel */

@@ -74,6 +74,14 @@ void mf_trimul_backward_cuda(__nv_bfloat16 *dz, const mf_trimul_cuda_grads *g,
                              const mf_resdrop_cuda *rd, void *ws, size_t ws_bytes,
                              const mf_cuda_blas *blas, cudaStream_t stream);
 
+/* Transposing-kernel variant (for the tests and the benchmark): 1 (default) = the
+ * vectorised kernels (64-row tiles, 16-byte accesses on the channel-major and the
+ * row-major side, bf16 swizzled shared-memory transposes) for every chunk whose columns are
+ * 8-aligned (Ch % 8 == 0, N² % 8 == 0, chunk offset and rows multiples of 8), the scalar
+ * 32-row-tile kernels elsewhere; 0 = the scalar kernels everywhere. Same values up to the
+ * summation order of the LN_out statistics and dγ/dβ partials. Returns the previous one. */
+int mf_trimul_cuda_set_variant(int variant);
+
 #ifdef __cplusplus
 }
 #endif
