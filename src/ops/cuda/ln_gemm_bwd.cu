@@ -43,7 +43,12 @@
 
 /* Configurations (mf_ln_gemm_bwd_set_variant): 1 = 8 warps (128-row tiles), weight
  * chunks of 64, one CTA per SM; 2 = 4 warps (64-row tiles), chunks of 32 (64 for
- * LINEAR), fast sigmoid, several CTAs per SM; 3 = 8 warps, chunks of 32, fast sigmoid. */
+ * LINEAR), fast sigmoid, several CTAs per SM; 3 = 8 warps, chunks of 32, fast sigmoid.
+ * The light kernel (DX = false; SWIGLU only; the caller does dx̂ and the LayerNorm
+ * backward): 4 = 8 warps, chunks of 64, fast sigmoid; 5 = 4 warps, chunks of 32, fast
+ * sigmoid, two CTAs per SM. */
+#define LGB_NVAR 5 /* the largest configuration number */
+static int lgb_is_light(int var) { return var == 4 || var == 5; }
 /* Defaults per kind (LINEAR, GATED, SWIGLU): 0 = staging + cuBLAS, because every
  * configuration measured slower (see the file comment). */
 #define LGB_DEFAULTS {0, 0, 0}
@@ -53,7 +58,7 @@ extern "C" int mf_ln_gemm_bwd_set_variant(int variant) {
   static const int defaults[3] = LGB_DEFAULTS;
   const int old = g_lgb_variant[0];
   for (int k = 0; k < 3; k++)
-    g_lgb_variant[k] = variant >= 0 && variant <= 3 ? variant : defaults[k];
+    g_lgb_variant[k] = variant >= 0 && variant <= LGB_NVAR ? variant : defaults[k];
   return old;
 }
 
@@ -72,7 +77,12 @@ static int lgb_shape_ok(int kind, int C, int O, mf_ln_mode mode, const void *p0,
 extern "C" int mf_ln_gemm_bwd_supported(int kind, int C, int O, mf_ln_mode mode, const void *p0,
                                         const void *p1, const void *p2, const void *p3) {
   return kind >= 0 && kind <= 2 && g_lgb_variant[kind] &&
+         (kind == MF_LGB_SWIGLU || !lgb_is_light(g_lgb_variant[kind])) &&
          lgb_shape_ok(kind, C, O, mode, p0, p1, p2, p3);
+}
+
+extern "C" int mf_ln_gemm_bwd_light(int kind) {
+  return kind >= 0 && kind <= 2 && lgb_is_light(g_lgb_variant[kind]);
 }
 
 extern "C" int mf_ln_gemm_bwd_parts(int64_t rows) {
@@ -171,8 +181,11 @@ typedef struct {
 } lgb_params;
 
 /* C channels, KIND, WARPS warps of 16 rows (tile LGB_BM = 16·WARPS rows), weight chunks of
- * BN output/hidden channels, FAST sigmoid (__expf, __fdividef), MINB CTAs per SM wanted. */
-template <int C, int KIND, int WARPS, int BN, bool FAST, int MINB>
+ * BN output/hidden channels, FAST sigmoid (__expf, __fdividef), MINB CTAs per SM wanted,
+ * DX: dy and the LayerNorm backward on chip (false: the light kernel, which writes y, s1,
+ * s2 only and leaves dx̂ = s1·W and the LayerNorm backward to the caller; no dy registers,
+ * no reduction buffer). */
+template <int C, int KIND, int WARPS, int BN, bool FAST, int MINB, bool DX>
 struct lgb_cfg {
   static constexpr int LGB_WARPS = WARPS;
   static constexpr int LGB_THREADS = WARPS * MF_WARP_SIZE;
@@ -193,14 +206,14 @@ struct lgb_cfg {
     const int DW = KIND == MF_LGB_SWIGLU ? C : O;
     return ((size_t)LGB_BM * LDY + (size_t)LGB_BM * (DW + 8) + 2 * (size_t)STAGE +
             (size_t)WARPS * STG_WARP) * 2 +
-           (size_t)WARPS * 2 * C * 4;
+           (DX ? (size_t)WARPS * 2 * C * 4 : 0);
   }
 };
 
-template <int C, int KIND, int WARPS, int BN, bool FAST, int MINB>
+template <int C, int KIND, int WARPS, int BN, bool FAST, int MINB, bool DX>
 static __global__ void __launch_bounds__(WARPS * 32, MINB)
     lgb_kernel(const lgb_params p) {
-  typedef lgb_cfg<C, KIND, WARPS, BN, FAST, MINB> K;
+  typedef lgb_cfg<C, KIND, WARPS, BN, FAST, MINB, DX> K;
   constexpr int LGB_WARPS = K::LGB_WARPS, LGB_THREADS = K::LGB_THREADS;
   constexpr int LGB_BM = K::LGB_BM, LGB_BN = K::LGB_BN;
   constexpr int V = C / 32;       /* LN values per lane */
@@ -222,7 +235,7 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
   const int64_t rows = p.rows;
   const int64_t ntiles = (rows + LGB_BM - 1) / LGB_BM;
   const int nch = O / LGB_BN;
-  const bool need_dx = p.dinp || p.part;
+  const bool need_dx = DX && (p.dinp || p.part); /* constant false in the light kernel */
   const int mode = p.mode;
 
   /* weight chunk j → stage st (one cp.async group) */
@@ -556,7 +569,7 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
     }
   }
   mf_cp_async_wait<0>();
-  if (p.part)
+  if (DX && p.part)
 #pragma unroll
     for (int k = 0; k < PK; k++) {
       const int col = tid + k * LGB_THREADS;
@@ -564,23 +577,23 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
     }
 }
 
-/* Launches configuration <C, KIND, WARPS, BN, FAST, MINB>: a persistent grid of
+/* Launches configuration <C, KIND, WARPS, BN, FAST, MINB, DX>: a persistent grid of
  * min(tiles, resident CTAs, LGB_MAX_GRID) CTAs (resident = SMs × CTAs per SM from the
  * occupancy calculator: fixed for one GPU model, so the summation order is too). */
-template <int C, int KIND, int WARPS, int BN, bool FAST, int MINB>
+template <int C, int KIND, int WARPS, int BN, bool FAST, int MINB, bool DX>
 static int lgb_launch(const lgb_params &p, cudaStream_t s) {
-  typedef lgb_cfg<C, KIND, WARPS, BN, FAST, MINB> K;
+  typedef lgb_cfg<C, KIND, WARPS, BN, FAST, MINB, DX> K;
   static size_t attr = 0, occ_smem = 0;
   static int occ = 1;
   const size_t smem = K::smem_bytes(p.O);
   if (smem > attr) {
-    MF_CHECK_CUDA(cudaFuncSetAttribute(lgb_kernel<C, KIND, WARPS, BN, FAST, MINB>,
+    MF_CHECK_CUDA(cudaFuncSetAttribute(lgb_kernel<C, KIND, WARPS, BN, FAST, MINB, DX>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     attr = smem;
   }
   if (smem != occ_smem) {
     MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &occ, lgb_kernel<C, KIND, WARPS, BN, FAST, MINB>, K::LGB_THREADS, smem));
+        &occ, lgb_kernel<C, KIND, WARPS, BN, FAST, MINB, DX>, K::LGB_THREADS, smem));
     occ = occ < 1 ? 1 : (occ > 4 ? 4 : occ);
     occ_smem = smem;
   }
@@ -588,7 +601,7 @@ static int lgb_launch(const lgb_params &p, cudaStream_t s) {
   int64_t grid = (int64_t)mf_sm_count() * occ;
   if (grid > LGB_MAX_GRID) grid = LGB_MAX_GRID;
   if (grid > tiles) grid = tiles;
-  lgb_kernel<C, KIND, WARPS, BN, FAST, MINB><<<(unsigned)grid, K::LGB_THREADS, smem, s>>>(p);
+  lgb_kernel<C, KIND, WARPS, BN, FAST, MINB, DX><<<(unsigned)grid, K::LGB_THREADS, smem, s>>>(p);
   MF_CHECK_LAUNCH();
   return (int)grid;
 }
@@ -600,8 +613,11 @@ extern "C" int mf_ln_gemm_bwd_cuda(int kind, bf16 *dinp, int add, float *part, b
                                    const uint8_t *mask, int64_t rows, int C, int O,
                                    mf_ln_mode mode, cudaStream_t stream) {
   MF_ASSERT(kind >= 0 && kind <= 2, "ln_gemm_bwd: kind %d", kind);
-  /* variant 0 (the ops' staging path) does not stop a direct call: configuration 1 */
-  const int var = g_lgb_variant[kind] ? g_lgb_variant[kind] : 1;
+  /* variant 0 (the ops' staging path) does not stop a direct call: configuration 1; the
+   * light configurations run only for SWIGLU without dinp and part, else configuration 3
+   * (4) or 2 (5), which form dy */
+  int var = g_lgb_variant[kind] ? g_lgb_variant[kind] : 1;
+  if (lgb_is_light(var) && (kind != MF_LGB_SWIGLU || dinp || part)) var = var == 4 ? 3 : 2;
   MF_ASSERT(lgb_shape_ok(kind, C, O, mode, inp, dout, w, w_o) && mean && rstd && inp && dout && w, "ln_gemm_bwd: unsupported kind=%d C=%d O=%d mode=%d",
             kind, C, O, (int)mode);
   MF_ASSERT(kind != MF_LGB_SWIGLU || w_o, "ln_gemm_bwd: w_o required");
@@ -615,9 +631,15 @@ extern "C" int mf_ln_gemm_bwd_cuda(int kind, bf16 *dinp, int add, float *part, b
   lgb_params p = {dinp, part, y, s1, s2, dcopy, dout, mean, rstd, inp, gamma, beta, w, w_o, mask,
                   rows, O, (int)mode, add};
 #define LGB_CFG(C_, K_, W_, BN_, F_, MB_) \
-  if (C == C_ && kind == K_) return lgb_launch<C_, K_, W_, BN_, F_, MB_>(p, stream);
+  if (C == C_ && kind == K_) return lgb_launch<C_, K_, W_, BN_, F_, MB_, true>(p, stream);
 #define LGB_VARIANTS(C_)                                             \
-  if (var == 1) {                                                    \
+  if (var == 4) {                                                    \
+    if (C == C_)                                                     \
+      return lgb_launch<C_, MF_LGB_SWIGLU, 8, 64, true, 1, false>(p, stream); \
+  } else if (var == 5) {                                             \
+    if (C == C_)                                                     \
+      return lgb_launch<C_, MF_LGB_SWIGLU, 4, 32, true, 2, false>(p, stream); \
+  } else if (var == 1) {                                             \
     LGB_CFG(C_, MF_LGB_LINEAR, 8, 64, false, 1)                      \
     LGB_CFG(C_, MF_LGB_GATED, 8, 64, false, 1)                       \
     LGB_CFG(C_, MF_LGB_SWIGLU, 8, 64, false, 1)                      \
