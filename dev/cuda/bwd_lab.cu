@@ -13,7 +13,7 @@
  * alone 2.447 ms and the dW GEMMs 0.519 ms); numbers in src/ops/cuda/ln_gemm_bwd.cu.
  * Relative differences fused vs staging: dinp ≤ 4.1e-3, dW ≤ 3.5e-3 (bf16 rounding of
  * a, b, dh in staging; the fused kernel keeps them fp32).
- * Configurations 4, 5 (the light kernel, transition only) are timed alongside; for the
+ * Configurations 4..6 (the light kernel, transition only) are timed alongside; for the
  * other two ops they run staging.
  *   build-…/dev/bwd_lab [N,N,...]      (default 384,768) */
 #include <math.h>
@@ -90,8 +90,8 @@ static void run(prob *p) {
   }
 }
 
-#define NVAR 6 /* mf_ln_gemm_bwd_set_variant: 0 staging + cuBLAS, 1..3 the fused kernel's
-                 configurations, 4..5 its light ones (transition only: LINEAR and GATED
+#define NVAR 7 /* mf_ln_gemm_bwd_set_variant: 0 staging + cuBLAS, 1..3 the fused kernel's
+                 configurations, 4..6 its light ones (transition only: LINEAR and GATED
                  run staging there) */
 
 /* medians of REPS timed calls per variant, the variants interleaved call by call */
@@ -253,7 +253,7 @@ static void lab_n(int N) {
   time_vars(&p, ms);
   print_vars("transition bwd add/inpl", N, ms);
   p.op = 4;
-  float tk = 1e9f, tl[2] = {1e9f, 1e9f};
+  float tk = 1e9f, tl[3] = {1e9f, 1e9f, 1e9f};
   for (int v = 1; v < NVAR; v++) {
     mf_ln_gemm_bwd_set_variant(v);
     const float tv = time_one(&p);
@@ -265,12 +265,11 @@ static void lab_n(int N) {
   mf_ln_gemm_bwd_set_variant(-1);
   p.op = 5;
   const float tg = time_one(&p);
-  /* the light kernels' (4, 5) FLOPs: [a|b] and dh only; the rest of their backward is the
+  /* the light kernels' (4..6) FLOPs: [a|b] and dh only; the rest of their backward is the
    * dW GEMMs above plus dx̂ = [da|db]·w_ab and the LN row backward (as on staging) */
-  printf("transition N=%4d  light kernels: %.0f GFLOP; [4] %.0f TFLOP/s  [5] %.0f TFLOP/s\n", N,
-         (2.0 * M * C * (2.0 * HD) + 2.0 * M * C * HD) / 1e9,
-         (2.0 * M * C * (2.0 * HD) + 2.0 * M * C * HD) / tl[0] / 1e9,
-         (2.0 * M * C * (2.0 * HD) + 2.0 * M * C * HD) / tl[1] / 1e9);
+  const double fl_l = 2.0 * M * C * (2.0 * HD) + 2.0 * M * C * HD; /* [a|b], dh */
+  printf("transition N=%4d  light kernels: %.0f GFLOP; [4] %.0f  [5] %.0f  [6] %.0f TFLOP/s\n",
+         N, fl_l / 1e9, fl_l / tl[0] / 1e9, fl_l / tl[1] / 1e9, fl_l / tl[2] / 1e9);
   const double fl_k = 2.0 * M * C * (2.0 * HD) * 2 + 2.0 * M * C * HD; /* [a|b], dx̂, dh */
   const double fl_g = 2.0 * M * C * HD + 2.0 * M * C * 2.0 * HD;
   const double by_k = (double)M * (C * 2 * 2 + C * 2 * 2 + (C + 3 * HD) * 2); /* r x,dout; w y,dinp,ab,h (x re-read in L2) */

@@ -746,13 +746,13 @@ int main(void) {
   test_ln_gemm_swiglu(129, 256, 64, MF_LN_NONE, s += 20);
 
   /* The backward's paths on the shapes the fused kernel takes (C 64/128, O % 64 == 0):
-   * bv = 1..3 the fused kernel's configurations (ln_gemm_bwd_cuda.h), 4..5 its light
+   * bv = 1..3 the fused kernel's configurations (ln_gemm_bwd_cuda.h), 4..6 its light
    * configurations (the transition only: LINEAR and GATED would run staging, so they are
    * skipped there), bv = 0 staging + cuBLAS; the other cases above ran with each kind's
    * default.
    * M not a multiple of the 128-row tile, masks, FULL/SCALE/NONE, multi-chunk, the adding
    * transition backward in place (dinp = dout), gradients skipped. */
-  for (int bv = 5; bv >= 0; bv--) { /* configurations 5, 4 (light), 3, 2, 1; staging */
+  for (int bv = 6; bv >= 0; bv--) { /* configurations 6, 5, 4 (light), 3, 2, 1; staging */
     mf_ln_gemm_bwd_set_variant(bv);
     printf("test_fusion_gpu: backward configuration %d (mf_ln_gemm_bwd_set_variant)\n", bv);
     if (bv <= 3) {
