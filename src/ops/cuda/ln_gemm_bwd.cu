@@ -40,12 +40,13 @@
  * the LayerNorm row backward as its staging path does: 232 of the 386 GFLOP at N = 768 and
  * ≈ 11 KB of HBM traffic per row instead of ≈ 17 KB (staging). Its shared-memory reads per
  * 16 rows and chunk of 32: 64 ldmatrix.x4 for 96 mma (the full kernel: 96 for 128). With
- * MT = 2 m16 tiles per warp (configuration 6: 8 warps × 32 rows, 256-row tiles, 221 KB of
+ * MT = 2 m16 tiles per warp (configuration 6: 8 warps × 32 rows, 256-row tiles, 216 KiB of
  * shared memory) each B fragment feeds four mma: 80 ldmatrix.x4 for 192 mma per 32 rows.
  * ptxas (sm_90a, C = 128): 4 (8 warps, BN 64) 238 registers; 5 (4 warps, BN 32, 2 CTAs/SM)
- * 242; 6 (MT = 2) 255; no spills (the full configurations: 249–255, 1–3 with spills).
- * Registers do not set the occupancy here, shared memory does (4, 6: one CTA per SM; 5:
- * two). Not yet timed. */
+ * 242; 6 (MT = 2) 255; no spills (the full SWIGLU configurations: 249–255, 2 and 3
+ * spilling 64 / 12 bytes). Dynamic shared memory at C = 128: 4 172 KiB, 5 101 KiB, 6 216
+ * KiB, so shared memory, not registers, sets the occupancy (4, 6: one CTA per SM; 5: two).
+ * Not yet timed. */
 #include "ln_gemm_bwd_cuda.h"
 
 #include "fusion_util.cuh"
@@ -61,7 +62,7 @@
  * backward): 4 = 8 warps, chunks of 64, fast sigmoid; 5 = 4 warps, chunks of 32, fast
  * sigmoid, two CTAs per SM; 6 = 8 warps of 32 rows (two m16 tiles: 256-row tiles, each
  * B fragment feeds four mma instead of two), chunks of 32, fast sigmoid, one CTA per SM
- * (221 KB of shared memory at C = 128). */
+ * (216 KiB of shared memory at C = 128). */
 #define LGB_NVAR 6 /* the largest configuration number */
 static int lgb_is_light(int var) { return var >= 4 && var <= 6; }
 /* Defaults per kind (LINEAR, GATED, SWIGLU): 0 = staging + cuBLAS, because every
