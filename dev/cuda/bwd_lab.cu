@@ -13,6 +13,8 @@
  * alone 2.447 ms and the dW GEMMs 0.519 ms); numbers in src/ops/cuda/ln_gemm_bwd.cu.
  * Relative differences fused vs staging: dinp ≤ 4.1e-3, dW ≤ 3.5e-3 (bf16 rounding of
  * a, b, dh in staging; the fused kernel keeps them fp32).
+ * Configurations 4..6 (the light kernel, transition only) are timed alongside; for the
+ * other two ops they run staging.
  *   build-…/dev/bwd_lab [N,N,...]      (default 384,768) */
 #include <math.h>
 #include <stdio.h>
@@ -67,11 +69,14 @@ static void run(prob *p) {
                                     p->x, p->g, p->b, p->w1, p->w2, M, C, HD, MF_LN_FULL, p->ws,
                                     p->wsb, &g_blas, 0);
     break;
-  case 4: { /* the fused kernel over all rows at once (workspace of one chunk of M rows) */
+  case 4: { /* the fused kernel over all rows at once (workspace of one chunk of M rows);
+               the light configurations without dinp and partials (they form no dy) */
     mf_bf16_t *y = (mf_bf16_t *)p->ws, *ab = y + M * C, *h = ab + M * 2 * HD;
     float *part = (float *)(h + M * HD);
-    mf_ln_gemm_bwd_cuda(MF_LGB_SWIGLU, p->dx, 0, part, y, ab, h, NULL, p->dout, p->mean, p->rstd,
-                        p->x, p->g, p->b, p->w1, p->w2, NULL, M, C, HD, MF_LN_FULL, 0);
+    const int light = mf_ln_gemm_bwd_light(MF_LGB_SWIGLU);
+    mf_ln_gemm_bwd_cuda(MF_LGB_SWIGLU, light ? NULL : p->dx, 0, light ? NULL : part, y, ab, h,
+                        NULL, p->dout, p->mean, p->rstd, p->x, p->g, p->b, p->w1, p->w2, NULL, M,
+                        C, HD, MF_LN_FULL, 0);
     break;
   }
   case 5: {
@@ -85,7 +90,9 @@ static void run(prob *p) {
   }
 }
 
-#define NVAR 4 /* mf_ln_gemm_bwd_set_variant: 0 staging + cuBLAS, 1..3 the fused kernel's configurations */
+#define NVAR 7 /* mf_ln_gemm_bwd_set_variant: 0 staging + cuBLAS, 1..3 the fused kernel's
+                 configurations, 4..6 its light ones (transition only: LINEAR and GATED
+                 run staging there) */
 
 /* medians of REPS timed calls per variant, the variants interleaved call by call */
 static void time_vars(prob *p, float *ms) {
@@ -246,16 +253,23 @@ static void lab_n(int N) {
   time_vars(&p, ms);
   print_vars("transition bwd add/inpl", N, ms);
   p.op = 4;
-  float tk = 1e9f;
+  float tk = 1e9f, tl[3] = {1e9f, 1e9f, 1e9f};
   for (int v = 1; v < NVAR; v++) {
     mf_ln_gemm_bwd_set_variant(v);
     const float tv = time_one(&p);
-    printf("transition N=%4d  fused kernel [%d] alone: %.3f ms\n", N, v, tv);
-    if (tv < tk) tk = tv;
+    printf("transition N=%4d  fused kernel [%d] alone: %.3f ms%s\n", N, v, tv,
+           v >= 4 ? " (light: no dy, no LN backward)" : "");
+    if (v >= 4) tl[v - 4] = tv;
+    else if (tv < tk) tk = tv;
   }
   mf_ln_gemm_bwd_set_variant(-1);
   p.op = 5;
   const float tg = time_one(&p);
+  /* the light kernels' (4..6) FLOPs: [a|b] and dh only; the rest of their backward is the
+   * dW GEMMs above plus dx̂ = [da|db]·w_ab and the LN row backward (as on staging) */
+  const double fl_l = 2.0 * M * C * (2.0 * HD) + 2.0 * M * C * HD; /* [a|b], dh */
+  printf("transition N=%4d  light kernels: %.0f GFLOP; [4] %.0f  [5] %.0f  [6] %.0f TFLOP/s\n",
+         N, fl_l / 1e9, fl_l / tl[0] / 1e9, fl_l / tl[1] / 1e9, fl_l / tl[2] / 1e9);
   const double fl_k = 2.0 * M * C * (2.0 * HD) * 2 + 2.0 * M * C * HD; /* [a|b], dx̂, dh */
   const double fl_g = 2.0 * M * C * HD + 2.0 * M * C * 2.0 * HD;
   const double by_k = (double)M * (C * 2 * 2 + C * 2 * 2 + (C + 3 * HD) * 2); /* r x,dout; w y,dinp,ab,h (x re-read in L2) */

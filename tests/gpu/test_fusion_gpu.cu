@@ -15,7 +15,8 @@
  * projection and the transition also run on the shapes the fused backward kernel takes
  * (src/ops/cuda/ln_gemm_bwd.cu: C 64/128, widths % 64 == 0; M not a multiple of its
  * 128-row tile, M = 1, masks, FULL/SCALE/NONE, several chunks, the adding transition
- * backward in place) with that kernel (its three configurations; it is opt-in) and with
+ * backward in place) with that kernel (its three configurations and, for the transition,
+ * the two light ones; it is opt-in) and with
  * staging + cuBLAS (the default), and the transition backward with gradients skipped
  * (NULL) must reproduce the full call's bits for the gradients it computes. Needs a GPU;
  * not a benchmark. */
@@ -747,18 +748,23 @@ int main(void) {
   test_ln_gemm_swiglu(129, 256, 64, MF_LN_NONE, s += 20);
 
   /* The backward's paths on the shapes the fused kernel takes (C 64/128, O % 64 == 0):
-   * bv = 1..3 the fused kernel's configurations (ln_gemm_bwd_cuda.h), bv = 0 staging +
-   * cuBLAS; the other cases above ran with each kind's default.
+   * bv = 1..3 the fused kernel's configurations (ln_gemm_bwd_cuda.h), 4..6 its light
+   * configurations (the transition only: LINEAR and GATED would run staging, so they are
+   * skipped there), bv = 0 staging + cuBLAS; the other cases above ran with each kind's
+   * default.
    * M not a multiple of the 128-row tile, masks, FULL/SCALE/NONE, multi-chunk, the adding
    * transition backward in place (dinp = dout), gradients skipped. */
-  for (int bv = 3; bv >= 0; bv--) { /* the fused kernel's configurations 3, 2, 1; staging */
+  for (int bv = 6; bv >= 0; bv--) { /* configurations 6, 5, 4 (light), 3, 2, 1; staging */
     mf_ln_gemm_bwd_set_variant(bv);
-    test_ln_linear(1000, 64, 256, MF_LN_SCALE, 1, 0, s += 20, 1);
-    test_ln_linear(4099, 128, 64, MF_LN_NONE, 0, 1024, s += 20, 1);
-    test_ln_linear(1, 128, 128, MF_LN_FULL, 0, 0, s += 20, 1);
-    test_gated(1000, 64, 128, MF_LN_NONE, 1, 0, s += 20, 1);
-    test_gated(4099, 128, 256, MF_LN_FULL, 1, 1024, s += 20, 1);
-    test_gated(130, 128, 64, MF_LN_SCALE, 0, 0, s += 20, 1);
+    printf("test_fusion_gpu: backward configuration %d (mf_ln_gemm_bwd_set_variant)\n", bv);
+    if (bv <= 3) {
+      test_ln_linear(1000, 64, 256, MF_LN_SCALE, 1, 0, s += 20, 1);
+      test_ln_linear(4099, 128, 64, MF_LN_NONE, 0, 1024, s += 20, 1);
+      test_ln_linear(1, 128, 128, MF_LN_FULL, 0, 0, s += 20, 1);
+      test_gated(1000, 64, 128, MF_LN_NONE, 1, 0, s += 20, 1);
+      test_gated(4099, 128, 256, MF_LN_FULL, 1, 1024, s += 20, 1);
+      test_gated(130, 128, 64, MF_LN_SCALE, 0, 0, s += 20, 1);
+    }
     test_transition(1000, 64, 256, MF_LN_SCALE, 1, 0, s += 20, 1);
     test_transition(4099, 128, 512, MF_LN_NONE, 1, 1024, s += 20, 1);
     test_transition(129, 128, 64, MF_LN_FULL, 0, 0, s += 20, 1);
@@ -766,6 +772,7 @@ int main(void) {
     test_transition(2000, 128, 512, MF_LN_SCALE, 1, 512, s += 20, 1);
     test_transition_null(1000, 128, 512, MF_LN_FULL, s += 20);
     test_transition_null(300, 64, 128, MF_LN_SCALE, s += 20);
+    test_transition(1, 128, 128, MF_LN_FULL, 1, 0, s += 20, 1); /* one row, in place */
   }
   mf_ln_gemm_bwd_set_variant(-1);
 

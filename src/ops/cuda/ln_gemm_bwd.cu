@@ -32,7 +32,21 @@
  * one or two CTAs of 8 warps per SM serialising LN prologue / chunks / epilogue, and the
  * 255-register budget leaving no room to software-pipeline ldmatrix → mma. LINEAR does
  * little math and still reaches only ≈ 1.2 TB/s: latency-bound. Next levers: ncu stall
- * reasons; less unrolling outside the chunk loop; wgmma with B from shared memory. */
+ * reasons; less unrolling outside the chunk loop; wgmma with B from shared memory.
+ *
+ * The light kernel (template flag DX = false; SWIGLU only; configurations 4..6): the same
+ * tile loop without dy and the LayerNorm backward — per tile it writes y, [da | db] and h
+ * (bf16) and the transition (transition.cu) runs dx̂ = [da | db]·w_ab (cuBLAS, fp32) and
+ * the LayerNorm row backward as its staging path does: 232 of the 386 GFLOP at N = 768 and
+ * ≈ 11 KB of HBM traffic per row instead of ≈ 17 KB (staging). Its shared-memory reads per
+ * 16 rows and chunk of 32: 64 ldmatrix.x4 for 96 mma (the full kernel: 96 for 128). With
+ * MT = 2 m16 tiles per warp (configuration 6: 8 warps × 32 rows, 256-row tiles, 216 KiB of
+ * shared memory) each B fragment feeds four mma: 80 ldmatrix.x4 for 192 mma per 32 rows.
+ * ptxas (sm_90a, C = 128): 4 (8 warps, BN 64) 238 registers; 5 (4 warps, BN 32, 2 CTAs/SM)
+ * 242; 6 (MT = 2) 255; no spills (the full SWIGLU configurations: 249–255, 2 and 3
+ * spilling 64 / 12 bytes). Dynamic shared memory at C = 128: 4 172 KiB, 5 101 KiB, 6 216
+ * KiB, so shared memory, not registers, sets the occupancy (4, 6: one CTA per SM; 5: two).
+ * Not yet timed. */
 #include "ln_gemm_bwd_cuda.h"
 
 #include "fusion_util.cuh"
@@ -43,7 +57,14 @@
 
 /* Configurations (mf_ln_gemm_bwd_set_variant): 1 = 8 warps (128-row tiles), weight
  * chunks of 64, one CTA per SM; 2 = 4 warps (64-row tiles), chunks of 32 (64 for
- * LINEAR), fast sigmoid, several CTAs per SM; 3 = 8 warps, chunks of 32, fast sigmoid. */
+ * LINEAR), fast sigmoid, several CTAs per SM; 3 = 8 warps, chunks of 32, fast sigmoid.
+ * The light kernel (DX = false; SWIGLU only; the caller does dx̂ and the LayerNorm
+ * backward): 4 = 8 warps, chunks of 64, fast sigmoid; 5 = 4 warps, chunks of 32, fast
+ * sigmoid, two CTAs per SM; 6 = 8 warps of 32 rows (two m16 tiles: 256-row tiles, each
+ * B fragment feeds four mma instead of two), chunks of 32, fast sigmoid, one CTA per SM
+ * (216 KiB of shared memory at C = 128). */
+#define LGB_NVAR 6 /* the largest configuration number */
+static int lgb_is_light(int var) { return var >= 4 && var <= 6; }
 /* Defaults per kind (LINEAR, GATED, SWIGLU): 0 = staging + cuBLAS, because every
  * configuration measured slower (see the file comment). */
 #define LGB_DEFAULTS {0, 0, 0}
@@ -53,7 +74,7 @@ extern "C" int mf_ln_gemm_bwd_set_variant(int variant) {
   static const int defaults[3] = LGB_DEFAULTS;
   const int old = g_lgb_variant[0];
   for (int k = 0; k < 3; k++)
-    g_lgb_variant[k] = variant >= 0 && variant <= 3 ? variant : defaults[k];
+    g_lgb_variant[k] = variant >= 0 && variant <= LGB_NVAR ? variant : defaults[k];
   return old;
 }
 
@@ -72,7 +93,12 @@ static int lgb_shape_ok(int kind, int C, int O, mf_ln_mode mode, const void *p0,
 extern "C" int mf_ln_gemm_bwd_supported(int kind, int C, int O, mf_ln_mode mode, const void *p0,
                                         const void *p1, const void *p2, const void *p3) {
   return kind >= 0 && kind <= 2 && g_lgb_variant[kind] &&
+         (kind == MF_LGB_SWIGLU || !lgb_is_light(g_lgb_variant[kind])) &&
          lgb_shape_ok(kind, C, O, mode, p0, p1, p2, p3);
+}
+
+extern "C" int mf_ln_gemm_bwd_light(int kind) {
+  return kind >= 0 && kind <= 2 && lgb_is_light(g_lgb_variant[kind]);
 }
 
 extern "C" int mf_ln_gemm_bwd_parts(int64_t rows) {
@@ -171,12 +197,18 @@ typedef struct {
 } lgb_params;
 
 /* C channels, KIND, WARPS warps of 16 rows (tile LGB_BM = 16·WARPS rows), weight chunks of
- * BN output/hidden channels, FAST sigmoid (__expf, __fdividef), MINB CTAs per SM wanted. */
-template <int C, int KIND, int WARPS, int BN, bool FAST, int MINB>
+ * BN output/hidden channels, FAST sigmoid (__expf, __fdividef), MINB CTAs per SM wanted,
+ * DX: dy and the LayerNorm backward on chip (false: the light kernel, which writes y, s1,
+ * s2 only and leaves dx̂ = s1·W and the LayerNorm backward to the caller; no dy registers,
+ * no reduction buffer), MT m16 tiles per warp (warp tiles of 16·MT rows, so each B fragment
+ * from shared memory feeds MT tiles; MT > 1 only in the light SWIGLU kernel). */
+template <int C, int KIND, int WARPS, int BN, bool FAST, int MINB, bool DX, int MT>
 struct lgb_cfg {
   static constexpr int LGB_WARPS = WARPS;
   static constexpr int LGB_THREADS = WARPS * MF_WARP_SIZE;
-  static constexpr int LGB_BM = 16 * WARPS;
+  static constexpr int LGB_BM = 16 * WARPS * MT;
+  static_assert(MT == 1 || (!DX && KIND == MF_LGB_SWIGLU),
+                "ln_gemm_bwd: several m16 tiles per warp only in the light SwiGLU kernel");
   static constexpr int LGB_BN = BN;
   static constexpr int LDY = C + 8;                /* y tile row stride (elements) */
   static constexpr int LDW = C + 8;                /* weight chunk row stride */
@@ -193,14 +225,14 @@ struct lgb_cfg {
     const int DW = KIND == MF_LGB_SWIGLU ? C : O;
     return ((size_t)LGB_BM * LDY + (size_t)LGB_BM * (DW + 8) + 2 * (size_t)STAGE +
             (size_t)WARPS * STG_WARP) * 2 +
-           (size_t)WARPS * 2 * C * 4;
+           (DX ? (size_t)WARPS * 2 * C * 4 : 0);
   }
 };
 
-template <int C, int KIND, int WARPS, int BN, bool FAST, int MINB>
+template <int C, int KIND, int WARPS, int BN, bool FAST, int MINB, bool DX, int MT>
 static __global__ void __launch_bounds__(WARPS * 32, MINB)
     lgb_kernel(const lgb_params p) {
-  typedef lgb_cfg<C, KIND, WARPS, BN, FAST, MINB> K;
+  typedef lgb_cfg<C, KIND, WARPS, BN, FAST, MINB, DX, MT> K;
   constexpr int LGB_WARPS = K::LGB_WARPS, LGB_THREADS = K::LGB_THREADS;
   constexpr int LGB_BM = K::LGB_BM, LGB_BN = K::LGB_BN;
   constexpr int V = C / 32;       /* LN values per lane */
@@ -217,12 +249,12 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
   bf16 *sw0 = sd + LGB_BM * LDD;            /* 2 stages */
   float *red = (float *)(sw0 + 2 * K::STAGE + LGB_WARPS * K::STG_WARP); /* (WARPS, 2C) */
   const int tid = threadIdx.x, warp = tid / MF_WARP_SIZE, lane = tid % MF_WARP_SIZE;
-  const int g = lane >> 2, t = lane & 3, wr = warp * 16;
+  const int g = lane >> 2, t = lane & 3, wr = warp * 16 * MT; /* the warp's first row */
   bf16 *sstg = sw0 + 2 * K::STAGE + warp * K::STG_WARP; /* the warp's (16, LDS) staging */
   const int64_t rows = p.rows;
   const int64_t ntiles = (rows + LGB_BM - 1) / LGB_BM;
   const int nch = O / LGB_BN;
-  const bool need_dx = p.dinp || p.part;
+  const bool need_dx = DX && (p.dinp || p.part); /* constant false in the light kernel */
   const int mode = p.mode;
 
   /* weight chunk j → stage st (one cp.async group) */
@@ -276,7 +308,7 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
     /* y = LN(inp) from the saved statistics → sy (and global y): the warp's 16 rows in two
      * batches of 8, all loads of a batch issued before any store */
 #pragma unroll
-    for (int bt = 0; bt < 2; bt++) {
+    for (int bt = 0; bt < 2 * MT; bt++) {
       float xv[8][V], mu[8], rs[8];
 #pragma unroll
       for (int rr = 0; rr < 8; rr++) {
@@ -360,106 +392,125 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
           }
         }
       } else {
-        /* [p | g] or [a | b] of the chunk: pa, pb (16 × BN each) */
-        float pa[NJ][4], pb[NJ][4], dd[NJ][4];
+        /* [p | g] or [a | b] of the chunk: pa, pb (16 × BN each, per m16 tile of the warp) */
+        float pa[MT][NJ][4], pb[MT][NJ][4], dd[MT][NJ][4];
 #pragma unroll
-        for (int n = 0; n < NJ; n++)
+        for (int m = 0; m < MT; m++)
 #pragma unroll
-          for (int e = 0; e < 4; e++) pa[n][e] = pb[n][e] = dd[n][e] = 0.0f;
+          for (int n = 0; n < NJ; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) pa[m][n][e] = pb[m][n][e] = dd[m][n][e] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < C / 16; kk++) {
-          uint32_t a[4];
-          mf_ldsm_x4(a, mf_smem_u32(sy + (wr + lr) * K::LDY + kk * 16 + lh));
+          uint32_t a[MT][4];
+#pragma unroll
+          for (int m = 0; m < MT; m++)
+            mf_ldsm_x4(a[m], mf_smem_u32(sy + (wr + 16 * m + lr) * K::LDY + kk * 16 + lh));
 #pragma unroll
           for (int np = 0; np < NJ / 2; np++) {
             uint32_t b[4];
             mf_ldsm_x4(b, mf_smem_u32(sw + (np * 16 + bn) * K::LDW + kk * 16 + bk));
-            lgb_mma_x2(pa + 2 * np, a, b);
+#pragma unroll
+            for (int m = 0; m < MT; m++) lgb_mma_x2(pa[m] + 2 * np, a[m], b);
             mf_ldsm_x4(b, mf_smem_u32(sw + (LGB_BN + np * 16 + bn) * K::LDW + kk * 16 + bk));
-            lgb_mma_x2(pb + 2 * np, a, b);
+#pragma unroll
+            for (int m = 0; m < MT; m++) lgb_mma_x2(pb[m] + 2 * np, a[m], b);
           }
         }
         if constexpr (KIND == MF_LGB_SWIGLU) {
-          /* dh (16 × BN) = dout·w_o[:, j0 : j0 + BN] */
+          /* dh (16 × BN per m16 tile) = dout·w_o[:, j0 : j0 + BN] */
           const bf16 *so = sw + K::WROWS * K::LDW;
 #pragma unroll
           for (int kk = 0; kk < C / 16; kk++) {
-            uint32_t a[4];
-            mf_ldsm_x4(a, mf_smem_u32(sd + (wr + lr) * LDD + kk * 16 + lh));
-            lgb_mma_bt<NJ / 2>(dd, a, so, K::LDO, kk * 16, lane, bk, lh);
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+              mf_ldsm_x4(a[m], mf_smem_u32(sd + (wr + 16 * m + lr) * LDD + kk * 16 + lh));
+#pragma unroll
+            for (int np = 0; np < NJ / 2; np++) {
+              uint32_t b[4];
+              mf_ldsm_x4_t(b, mf_smem_u32(so + (kk * 16 + (lane & 7) + bk) * K::LDO + np * 16 + lh));
+#pragma unroll
+              for (int m = 0; m < MT; m++) lgb_mma_x2(dd[m] + 2 * np, a[m], b);
+            }
           }
         } else {
-          /* d(out) of the chunk from the dout tile, masked */
+          /* d(out) of the chunk from the dout tile, masked (MT == 1) */
 #pragma unroll
           for (int n = 0; n < NJ; n++) {
             const int c = j0 + n * 8 + 2 * t;
             const float2 va = lgb_unpack(*(const uint32_t *)(sd + (wr + g) * LDD + c));
             const float2 vb = lgb_unpack(*(const uint32_t *)(sd + (wr + g + 8) * LDD + c));
-            dd[n][0] = va.x * ma;
-            dd[n][1] = va.y * ma;
-            dd[n][2] = vb.x * mb;
-            dd[n][3] = vb.y * mb;
+            dd[0][n][0] = va.x * ma;
+            dd[0][n][1] = va.y * ma;
+            dd[0][n][2] = vb.x * mb;
+            dd[0][n][3] = vb.y * mb;
           }
         }
-        /* the elementwise backward → bf16 A fragments ua = d(first), ub = d(second) */
-        uint32_t ua[NJ][2], ub[NJ][2];
+        /* the elementwise backward → bf16 A fragments ua = d(first), ub = d(second), per
+         * m16 tile m (rows wr + 16m + g, + 8) */
+        uint32_t ua[MT][NJ][2], ub[MT][NJ][2];
 #pragma unroll
-        for (int n = 0; n < NJ; n++) {
+        for (int m = 0; m < MT; m++) {
 #pragma unroll
-          for (int h = 0; h < 2; h++) {
-            float u[2], v[2], hh[2];
+          for (int n = 0; n < NJ; n++) {
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-              const float x = pa[n][2 * h + e], z = pb[n][2 * h + e], d = dd[n][2 * h + e];
-              if constexpr (KIND == MF_LGB_SWIGLU) { /* h = silu(a)⊙b */
-                const float s = lgb_sigmoid<FAST>(x);
-                hh[e] = x * s * z;
-                u[e] = d * z * s * (1.0f + x * (1.0f - s));
-                v[e] = d * x * s;
-              } else { /* out = σ(g)⊙p */
-                const float s = lgb_sigmoid<FAST>(z);
-                hh[e] = 0.0f;
-                u[e] = d * s;
-                v[e] = d * x * s * (1.0f - s);
+            for (int h = 0; h < 2; h++) {
+              float u[2], v[2], hh[2];
+#pragma unroll
+              for (int e = 0; e < 2; e++) {
+                const float x = pa[m][n][2 * h + e], z = pb[m][n][2 * h + e];
+                const float d = dd[m][n][2 * h + e];
+                if constexpr (KIND == MF_LGB_SWIGLU) { /* h = silu(a)⊙b */
+                  const float s = lgb_sigmoid<FAST>(x);
+                  hh[e] = x * s * z;
+                  u[e] = d * z * s * (1.0f + x * (1.0f - s));
+                  v[e] = d * x * s;
+                } else { /* out = σ(g)⊙p */
+                  const float s = lgb_sigmoid<FAST>(z);
+                  hh[e] = 0.0f;
+                  u[e] = d * s;
+                  v[e] = d * x * s * (1.0f - s);
+                }
+              }
+              ua[m][n][h] = lgb_pack(u[0], u[1]);
+              ub[m][n][h] = lgb_pack(v[0], v[1]);
+              if constexpr (K::STG) {
+                uint32_t *row = (uint32_t *)(sstg + (g + 8 * h) * K::LDS + n * 8 + 2 * t);
+                row[0] = ua[m][n][h];
+                row[LGB_BN / 2] = ub[m][n][h];
+                if (KIND == MF_LGB_SWIGLU) row[LGB_BN] = lgb_pack(hh[0], hh[1]);
+                continue;
+              }
+              const int64_t r = r0 + wr + 16 * m + g + 8 * h;
+              if (r < rows) {
+                const int c = j0 + n * 8 + 2 * t;
+                if (p.s1) {
+                  *(uint32_t *)(p.s1 + r * 2 * O + c) = ua[m][n][h];
+                  *(uint32_t *)(p.s1 + r * 2 * O + O + c) = ub[m][n][h];
+                }
+                if (KIND == MF_LGB_SWIGLU && p.s2)
+                  *(uint32_t *)(p.s2 + r * O + c) = lgb_pack(hh[0], hh[1]);
               }
             }
-            ua[n][h] = lgb_pack(u[0], u[1]);
-            ub[n][h] = lgb_pack(v[0], v[1]);
-            if constexpr (K::STG) {
-              uint32_t *row = (uint32_t *)(sstg + (g + 8 * h) * K::LDS + n * 8 + 2 * t);
-              row[0] = ua[n][h];
-              row[LGB_BN / 2] = ub[n][h];
-              if (KIND == MF_LGB_SWIGLU) row[LGB_BN] = lgb_pack(hh[0], hh[1]);
-              continue;
-            }
-            const int64_t r = h ? rb : ra;
-            if (r < rows) {
-              const int c = j0 + n * 8 + 2 * t;
-              if (p.s1) {
-                *(uint32_t *)(p.s1 + r * 2 * O + c) = ua[n][h];
-                *(uint32_t *)(p.s1 + r * 2 * O + O + c) = ub[n][h];
-              }
-              if (KIND == MF_LGB_SWIGLU && p.s2)
-                *(uint32_t *)(p.s2 + r * O + c) = lgb_pack(hh[0], hh[1]);
-            }
           }
-        }
-        if constexpr (K::STG) { /* the staged rows → global, 16 bytes per lane */
-          __syncwarp();
-          constexpr int VR = K::NS * (LGB_BN / 8); /* 16-byte pieces per row */
+          if constexpr (K::STG) { /* the staged rows → global, 16 bytes per lane */
+            __syncwarp();
+            constexpr int VR = K::NS * (LGB_BN / 8); /* 16-byte pieces per row */
 #pragma unroll
-          for (int k = 0; k < VR / 2; k++) {
-            const int i = lane + k * 32, rr = i / VR, w8 = i % VR;
-            const int seg = w8 / (LGB_BN / 8), v = w8 % (LGB_BN / 8);
-            const int64_t r = r0 + wr + rr;
-            bf16 *dst = seg == 2 ? p.s2 : p.s1;
-            if (r < rows && dst) {
-              const int64_t off = seg == 2 ? r * O : r * 2 * O + (seg ? O : 0);
-              *(uint4 *)(dst + off + j0 + v * 8) =
-                  *(const uint4 *)(sstg + rr * K::LDS + seg * LGB_BN + v * 8);
+            for (int k = 0; k < VR / 2; k++) {
+              const int i = lane + k * 32, rr = i / VR, w8 = i % VR;
+              const int seg = w8 / (LGB_BN / 8), v = w8 % (LGB_BN / 8);
+              const int64_t r = r0 + wr + 16 * m + rr;
+              bf16 *dst = seg == 2 ? p.s2 : p.s1;
+              if (r < rows && dst) {
+                const int64_t off = seg == 2 ? r * O : r * 2 * O + (seg ? O : 0);
+                *(uint4 *)(dst + off + j0 + v * 8) =
+                    *(const uint4 *)(sstg + rr * K::LDS + seg * LGB_BN + v * 8);
+              }
             }
+            __syncwarp();
           }
-          __syncwarp();
         }
         /* dy += [ua | ub] (16 × 2BN) · W_j (2BN × C) */
         if (need_dx) {
@@ -468,9 +519,9 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
             const int q = (kk % KJ) * 2;
             uint32_t a[4];
             if (kk < KJ) {
-              a[0] = ua[q][0]; a[1] = ua[q][1]; a[2] = ua[q + 1][0]; a[3] = ua[q + 1][1];
+              a[0] = ua[0][q][0]; a[1] = ua[0][q][1]; a[2] = ua[0][q + 1][0]; a[3] = ua[0][q + 1][1];
             } else {
-              a[0] = ub[q][0]; a[1] = ub[q][1]; a[2] = ub[q + 1][0]; a[3] = ub[q + 1][1];
+              a[0] = ub[0][q][0]; a[1] = ub[0][q][1]; a[2] = ub[0][q + 1][0]; a[3] = ub[0][q + 1][1];
             }
             lgb_mma_bt<NT / 2>(dx, a, sw, K::LDW, kk * 16, lane, bk, lh);
           }
@@ -556,7 +607,7 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
     }
   }
   mf_cp_async_wait<0>();
-  if (p.part)
+  if (DX && p.part)
 #pragma unroll
     for (int k = 0; k < PK; k++) {
       const int col = tid + k * LGB_THREADS;
@@ -564,23 +615,23 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
     }
 }
 
-/* Launches configuration <C, KIND, WARPS, BN, FAST, MINB>: a persistent grid of
+/* Launches configuration <C, KIND, WARPS, BN, FAST, MINB, DX, MT>: a persistent grid of
  * min(tiles, resident CTAs, LGB_MAX_GRID) CTAs (resident = SMs × CTAs per SM from the
  * occupancy calculator: fixed for one GPU model, so the summation order is too). */
-template <int C, int KIND, int WARPS, int BN, bool FAST, int MINB>
+template <int C, int KIND, int WARPS, int BN, bool FAST, int MINB, bool DX, int MT>
 static int lgb_launch(const lgb_params &p, cudaStream_t s) {
-  typedef lgb_cfg<C, KIND, WARPS, BN, FAST, MINB> K;
+  typedef lgb_cfg<C, KIND, WARPS, BN, FAST, MINB, DX, MT> K;
   static size_t attr = 0, occ_smem = 0;
   static int occ = 1;
   const size_t smem = K::smem_bytes(p.O);
   if (smem > attr) {
-    MF_CHECK_CUDA(cudaFuncSetAttribute(lgb_kernel<C, KIND, WARPS, BN, FAST, MINB>,
+    MF_CHECK_CUDA(cudaFuncSetAttribute(lgb_kernel<C, KIND, WARPS, BN, FAST, MINB, DX, MT>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     attr = smem;
   }
   if (smem != occ_smem) {
     MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &occ, lgb_kernel<C, KIND, WARPS, BN, FAST, MINB>, K::LGB_THREADS, smem));
+        &occ, lgb_kernel<C, KIND, WARPS, BN, FAST, MINB, DX, MT>, K::LGB_THREADS, smem));
     occ = occ < 1 ? 1 : (occ > 4 ? 4 : occ);
     occ_smem = smem;
   }
@@ -588,7 +639,7 @@ static int lgb_launch(const lgb_params &p, cudaStream_t s) {
   int64_t grid = (int64_t)mf_sm_count() * occ;
   if (grid > LGB_MAX_GRID) grid = LGB_MAX_GRID;
   if (grid > tiles) grid = tiles;
-  lgb_kernel<C, KIND, WARPS, BN, FAST, MINB><<<(unsigned)grid, K::LGB_THREADS, smem, s>>>(p);
+  lgb_kernel<C, KIND, WARPS, BN, FAST, MINB, DX, MT><<<(unsigned)grid, K::LGB_THREADS, smem, s>>>(p);
   MF_CHECK_LAUNCH();
   return (int)grid;
 }
@@ -600,8 +651,11 @@ extern "C" int mf_ln_gemm_bwd_cuda(int kind, bf16 *dinp, int add, float *part, b
                                    const uint8_t *mask, int64_t rows, int C, int O,
                                    mf_ln_mode mode, cudaStream_t stream) {
   MF_ASSERT(kind >= 0 && kind <= 2, "ln_gemm_bwd: kind %d", kind);
-  /* variant 0 (the ops' staging path) does not stop a direct call: configuration 1 */
-  const int var = g_lgb_variant[kind] ? g_lgb_variant[kind] : 1;
+  /* variant 0 (the ops' staging path) does not stop a direct call: configuration 1; the
+   * light configurations run only for SWIGLU without dinp and part, else configuration 2
+   * (for 5) or 3 (for 4, 6), which form dy */
+  int var = g_lgb_variant[kind] ? g_lgb_variant[kind] : 1;
+  if (lgb_is_light(var) && (kind != MF_LGB_SWIGLU || dinp || part)) var = var == 5 ? 2 : 3;
   MF_ASSERT(lgb_shape_ok(kind, C, O, mode, inp, dout, w, w_o) && mean && rstd && inp && dout && w, "ln_gemm_bwd: unsupported kind=%d C=%d O=%d mode=%d",
             kind, C, O, (int)mode);
   MF_ASSERT(kind != MF_LGB_SWIGLU || w_o, "ln_gemm_bwd: w_o required");
@@ -615,9 +669,18 @@ extern "C" int mf_ln_gemm_bwd_cuda(int kind, bf16 *dinp, int add, float *part, b
   lgb_params p = {dinp, part, y, s1, s2, dcopy, dout, mean, rstd, inp, gamma, beta, w, w_o, mask,
                   rows, O, (int)mode, add};
 #define LGB_CFG(C_, K_, W_, BN_, F_, MB_) \
-  if (C == C_ && kind == K_) return lgb_launch<C_, K_, W_, BN_, F_, MB_>(p, stream);
+  if (C == C_ && kind == K_) return lgb_launch<C_, K_, W_, BN_, F_, MB_, true, 1>(p, stream);
 #define LGB_VARIANTS(C_)                                             \
-  if (var == 1) {                                                    \
+  if (var == 4) {                                                    \
+    if (C == C_)                                                     \
+      return lgb_launch<C_, MF_LGB_SWIGLU, 8, 64, true, 1, false, 1>(p, stream); \
+  } else if (var == 5) {                                             \
+    if (C == C_)                                                     \
+      return lgb_launch<C_, MF_LGB_SWIGLU, 4, 32, true, 2, false, 1>(p, stream); \
+  } else if (var == 6) {                                             \
+    if (C == C_)                                                     \
+      return lgb_launch<C_, MF_LGB_SWIGLU, 8, 32, true, 1, false, 2>(p, stream); \
+  } else if (var == 1) {                                             \
     LGB_CFG(C_, MF_LGB_LINEAR, 8, 64, false, 1)                      \
     LGB_CFG(C_, MF_LGB_GATED, 8, 64, false, 1)                       \
     LGB_CFG(C_, MF_LGB_SWIGLU, 8, 64, false, 1)                      \

@@ -24,7 +24,12 @@
  * them; a, b, p, g, dh stay fp32 on chip (the staging path rounded them to bf16).
  * Status: tested (tests/gpu/test_fusion_gpu.cu, every configuration) but measured 0.72–
  * 0.94× the speed of the staging + cuBLAS backward on an H200 (ln_gemm_bwd.cu has the
- * numbers), so the ops do NOT use it by default: mf_ln_gemm_bwd_set_variant(1..3) opts in. */
+ * numbers), so the ops do NOT use it by default: mf_ln_gemm_bwd_set_variant(1..3) opts in.
+ * The light kernel (configurations 4..6; SWIGLU only, not yet timed): the same kernel
+ * without dy and the LayerNorm backward (a compile-time flag: no dy registers, no
+ * reduction buffer, ~40 % fewer FLOPs); it writes y, [da | db] and h, and the caller runs
+ * dx̂ = [da | db]·w_ab (cuBLAS, fp32) and the LayerNorm row backward as the staging path
+ * does (mf_ln_gemm_bwd_light tells the caller which it has). */
 #ifndef MF_OPS_CUDA_LN_GEMM_BWD_CUDA_H
 #define MF_OPS_CUDA_LN_GEMM_BWD_CUDA_H
 
@@ -47,17 +52,25 @@ enum { MF_LGB_LINEAR = 0, MF_LGB_GATED = 1, MF_LGB_SWIGLU = 2 };
  * off); 1..3 the fused kernel in one of its configurations — 1: 8 warps over 128-row
  * tiles, weight chunks of 64, one CTA per SM; 2: 4 warps over 64-row tiles, chunks of 32
  * (64 for LINEAR), fast sigmoid (__expf, __fdividef), 2–3 CTAs per SM; 3: 8 warps,
- * chunks of 32, fast sigmoid; −1: each kind's default (ln_gemm_bwd.cu, LGB_DEFAULTS:
- * the fastest measured, at present 0 for all three). Returns the previous variant of
- * LINEAR. */
+ * chunks of 32, fast sigmoid; 4..6 the light kernel (SWIGLU only: LINEAR and GATED run
+ * staging + cuBLAS) — 4: 8 warps over 128-row tiles, chunks of 64, fast sigmoid, one CTA
+ * per SM; 5: 4 warps over 64-row tiles, chunks of 32, fast sigmoid, two CTAs per SM;
+ * 6: 8 warps of 32 rows each over 256-row tiles, chunks of 32, fast sigmoid, one CTA per SM;
+ * −1: each kind's default (ln_gemm_bwd.cu, LGB_DEFAULTS: the fastest measured, at present
+ * 0 for all three). Returns the previous variant of LINEAR. */
 int mf_ln_gemm_bwd_set_variant(int variant);
 
-/* Whether the fused kernel takes this shape: one of its configurations (1..3) in force for
- * this kind, C 64 or 128, O % 64 == 0
+/* Whether the fused kernel takes this shape: one of its configurations (1..3; 4..6 for
+ * SWIGLU) in force for this kind, C 64 or 128, O % 64 == 0
  * (O <= 256 for LINEAR / GATED), mode FULL/SCALE/NONE, the given pointers 16-byte aligned
  * (NULL ones ignored). */
 int mf_ln_gemm_bwd_supported(int kind, int C, int O, mf_ln_mode mode, const void *p0,
                              const void *p1, const void *p2, const void *p3);
+
+/* Whether the configuration in force for this kind is a light one (4..6): then the kernel
+ * forms no dy, the caller passes dinp = part = NULL, keeps s1 for its own dx̂ = s1·w and
+ * runs the LayerNorm backward itself. */
+int mf_ln_gemm_bwd_light(int kind);
 
 /* Upper bound of the partial rows the kernel writes for `rows` rows (its grid). */
 int mf_ln_gemm_bwd_parts(int64_t rows);
@@ -72,6 +85,8 @@ int mf_ln_gemm_bwd_parts(int64_t rows);
  * GATED) or (rows, C) (SWIGLU); mean, rstd (rows); inp (rows, C); gamma, beta (C);
  * w (O, C) (LINEAR) or (2O, C); w_o (C, O) (SWIGLU); mask (rows) or NULL (GATED).
  * y, s1, s2 and dcopy must be 16-byte aligned (asserted), dinp 4-byte aligned.
+ * Under a light configuration (mf_ln_gemm_bwd_light) with dinp and part NULL the light
+ * kernel runs; with either given, configuration 2 (for 5) or 3 (for 4, 6) runs instead.
  * Returns the number of partial rows written (pass it to mf_ln_param_grad_reduce_cuda). */
 int mf_ln_gemm_bwd_cuda(int kind, __nv_bfloat16 *dinp, int add, float *part, __nv_bfloat16 *y,
                         __nv_bfloat16 *s1, __nv_bfloat16 *s2, __nv_bfloat16 *dcopy,

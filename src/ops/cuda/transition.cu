@@ -185,6 +185,9 @@ static void tr_backward(bf16 *dinp, float *dgamma, float *dbeta, float *dw_ab, f
    * place) it also writes a copy of dout for dw_o. */
   const int fused = !ident && (!dinp || ((uintptr_t)dinp & 3) == 0) &&
                     mf_ln_gemm_bwd_supported(MF_LGB_SWIGLU, C, Hd, mode, inp, dout, w_ab, w_o);
+  /* its light configurations form no dx̂: the kernel writes x̂, [da | db] and h, and dx̂ =
+   * [da | db]·w_ab and the LayerNorm backward run here as on the staging path */
+  const int light = fused && mf_ln_gemm_bwd_light(MF_LGB_SWIGLU);
   const int alias = dinp && dw_o && (const bf16 *)dinp < dout + M * C && dout < dinp + M * C;
   /* in place means the same rows: a partial overlap would race between CTAs */
   MF_ASSERT(!dinp || (const bf16 *)dinp == dout || (const bf16 *)dinp >= dout + M * C ||
@@ -194,6 +197,27 @@ static void tr_backward(bf16 *dinp, float *dgamma, float *dbeta, float *dw_ab, f
     const int64_t rows = M - r0 < R ? M - r0 : R;
     const bf16 *dy = dout + r0 * C; /* (rows, C) */
     const bf16 *x = inp + r0 * C;   /* (rows, C) */
+    if (light) {
+      /* dout is read (kernel, dW_o) before dinp's rows are written (LN backward below), so
+       * the in-place case needs no copy of dout */
+      mf_ln_gemm_bwd_cuda(MF_LGB_SWIGLU, NULL, 0, NULL, dw_ab ? w.xh : NULL,
+                          need_dh ? w.ab : NULL, dw_o ? w.h : NULL, NULL, dy, mean + r0,
+                          rstd + r0, x, gamma, beta, w_ab, w_o, NULL, rows, C, Hd, mode, stream);
+      if (dw_o)
+        mf_gemm_rm_cuda(blas, stream, 1, 0, C, Hd, rows, 1.0f, dy, C, w.h, Hd, 1.0f, dw_o,
+                        MF_GEMM_OUT_F32, Hd);
+      if (dw_ab)
+        mf_gemm_rm_cuda(blas, stream, 1, 0, 2 * Hd, C, rows, 1.0f, w.ab, 2 * Hd, w.xh, C, 1.0f,
+                        dw_ab, MF_GEMM_OUT_F32, C);
+      if (!need_dx) continue;
+      mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, 2 * Hd, 1.0f, w.ab, 2 * Hd, w_ab, C, 0.0f,
+                      w.dxh, MF_GEMM_OUT_F32, C);
+      mf_ln_rows_backward_cuda(dinp ? dinp + r0 * C : NULL, w.part, w.dxh, x, mean + r0,
+                               rstd + r0, gamma, rows, C, mode, add_dinp, stream);
+      mf_ln_param_grad_reduce_cuda(dgamma, dbeta, w.part, mf_ln_rows_backward_parts(rows), C,
+                                   stream);
+      continue;
+    }
     if (fused) {
       bf16 *dcopy = alias ? (bf16 *)w.dxh : NULL; /* (rows, C): dxh is unused on this path */
       const int parts = mf_ln_gemm_bwd_cuda(
