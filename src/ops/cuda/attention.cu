@@ -64,8 +64,11 @@ typedef mf_bf16_t bf16;
  * accumulator forced into global scratch / shared memory (tests and lab), 10 / 11: 8 with
  * the step schedule 0 / 2 of fused_kernel (lab, tests) */
 static int g_variant = 0;
-/* fwd_kernel's CTA order (fwd_cta), mf_attention_cuda_set_fwd_order */
-static int g_fwd_order = 0;
+/* fwd_kernel's CTA order (fwd_cta), mf_attention_cuda_set_fwd_order; 2 by measurement
+ * (dev/cuda/README.md: the triangle-attention module's forward at N = 768 2.79 ms against
+ * 3.34 in order 0) */
+#define ATT_FWD_ORDER_DEFAULT 2
+static int g_fwd_order = ATT_FWD_ORDER_DEFAULT;
 
 /* ------------------------------------------------------------------------------------
  * Fragment primitives. A fragment of m16n8k16 (bf16): lane = 4g + t;

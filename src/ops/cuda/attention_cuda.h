@@ -122,8 +122,8 @@ int mf_attention_cuda_set_variant(int variant);
 
 /* The order in which the forward's CTAs are numbered (what the hardware scheduler runs
  * together), for the lab and the tests: 0 = rows r fastest, 1 = query tiles fastest,
- * 2 = groups of 8 rows r (attention.cu, fwd_cta). Results are identical in every order.
- * Returns the previous one. */
+ * 2 = groups of 8 rows r (attention.cu, fwd_cta; the default). Results are identical in
+ * every order. Returns the previous one. */
 int mf_attention_cuda_set_fwd_order(int order);
 
 #ifdef __cplusplus
