@@ -27,6 +27,7 @@
  *                              times = backward with only dK/dV, only dQ, dQ + dbias minus
  *                              dQ; for v7..v9: the fused pass (dQ, dK, dV, no dbias)
  *                              and dbias = all − fused; fwd+bwd timed as one;
+ *                              then v7's forward in each CTA order 0..2;
  *                              LAB_VERSIONS=2678 times only those versions)
  * Not a test (tests/gpu/test_attention_gpu.cu is) and not the benchmark (bench/). */
 #ifndef MF_REAL_DOUBLE

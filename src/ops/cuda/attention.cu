@@ -12,7 +12,9 @@
  *   fwd_kernel     one CTA per (b, r, h, query tile); online softmax over key tiles in
  *                  registers (exponentials as ex2 of log2e·(s − max)); logits never
  *                  leave the chip; saves lse only. Key tiles double-buffered (cp.async);
- *                  a tile whose keys are all valid skips the per-logit mask.
+ *                  a tile whose keys are all valid skips the per-logit mask. CTAs
+ *                  numbered in groups of 8 rows r of one (b, h) (fwd_cta, order 2) so
+ *                  that the slabs' K/V tiles and the head's bias stay in L2.
  *   prep_kernel    backward prologue, PREP_LPR threads per row: Di = Σ_d dout·out (fp32), and
  *                  with a gate dgate = dout·out·(1 − σ(gate)), dO = dout·σ(gate).
  *   dkdv_kernel    one CTA per (b, r, h, key tile), loops over query tiles:
