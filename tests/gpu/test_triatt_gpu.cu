@@ -19,7 +19,8 @@
  * (mf_attention_cuda_set_fwd_order). Last, fwd and bwd milliseconds at N = 384 and
  * 768 (C = 128, H = 4, D = 32) are printed, not asserted, once per CTA order, with the
  * attention core alone on the same shapes for the breakdown (MF_TEST_NO_TIMING=1 skips the timings,
- * MF_TRIATT_BENCH_ONLY=1 runs only them). Needs a GPU. */
+ * MF_TRIATT_BENCH_ONLY=1 runs only them; MF_TRIATT_BENCH_N=2048,3072 times those sizes
+ * instead, in the default CTA order only). Needs a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -286,7 +287,13 @@ static void bench(int N, int starting) {
   MF_CHECK_CUDA(cudaEventCreate(&e0));
   MF_CHECK_CUDA(cudaEventCreate(&e1));
   MF_CHECK_CUDA(cudaEventCreate(&e2));
-  for (int pi = 0; pi < 3; pi++) { /* once per order of the attention forward's CTAs */
+  /* once per order of the attention forward's CTAs (only the default one with
+   * MF_TRIATT_BENCH_N, for large N) */
+  const int def_order = mf_attention_cuda_set_fwd_order(0);
+  mf_attention_cuda_set_fwd_order(def_order);
+  const int only_default = getenv("MF_TRIATT_BENCH_N") != NULL;
+  for (int pi = 0; pi < 3; pi++) {
+    if (only_default && pi != def_order) continue;
     const int prev_order = mf_attention_cuda_set_fwd_order(pi);
     const size_t sb = mf_triatt_cuda_saved_bytes(N, C, H, D), wsb = mf_triatt_cuda_workspace(N, C, H, D);
     void *saved = NULL, *ws = NULL;
@@ -396,7 +403,16 @@ int main(void) {
     printf("triatt worst relative errors: out %.3g, dz %.3g, parameter gradients %.3g (tol %.1g)\n",
            g_worst[0], g_worst[1], g_worst[2], TOL);
   }
-  if (!getenv("MF_TEST_NO_TIMING"))
+  if (getenv("MF_TRIATT_BENCH_N")) { /* e.g. "2048,3072": the sizes to time */
+    for (const char *c = getenv("MF_TRIATT_BENCH_N"); *c;) {
+      char *end;
+      const long n = strtol(c, &end, 10);
+      if (end == c) break;
+      if (n > 0)
+        for (int st = 1; st >= 0; st--) bench((int)n, st);
+      c = *end == ',' ? end + 1 : end;
+    }
+  } else if (!getenv("MF_TEST_NO_TIMING"))
     for (int st = 1; st >= 0; st--) {
       bench(384, st);
       bench(768, st);
