@@ -282,15 +282,27 @@ struct bias_plan {
 /* s (BK) ← 1 where key k0+c is in range and valid; mrow (K) or NULL. The words
  * s[BK..BK+7] get, per warp of the first two, whether all its keys are valid, so that
  * all_valid() lets a whole tile skip the per-element mask. */
-__device__ __forceinline__ void load_mask(uint8_t *s, const uint8_t *mrow, int k0, int K) {
+/* In two halves, so that a loop can issue the global byte load a step before the value
+ * is needed (a load consumed at once stalled the warp, and the barrier the others;
+ * README step 9): mask_fetch() returns key k0+c's mask byte for the threads c < BK
+ * (1 without a mask, 0 past K), mask_put() stores the flags and the warps' votes. */
+__device__ __forceinline__ uint32_t mask_fetch(const uint8_t *mrow, int k0, int K) {
+  const int c = threadIdx.x % ATT_THREADS;
+  if (c >= ATT_BK || k0 + c >= K) return 0;
+  return mrow ? mrow[k0 + c] : 1u;
+}
+__device__ __forceinline__ void mask_put(uint8_t *s, uint32_t m) {
   static_assert(ATT_BK == 2 * MF_WARP_SIZE && ATT_THREADS >= ATT_BK, "one key per thread of 2 warps");
   const int c = threadIdx.x % ATT_THREADS;
   if (c < ATT_BK) {
-    const bool ok = (k0 + c < K) && (!mrow || mrow[k0 + c]);
+    const bool ok = m != 0;
     s[c] = ok;
     const bool all = __all_sync(0xffffffffu, ok);
     if (c % MF_WARP_SIZE == 0) reinterpret_cast<int *>(s + ATT_BK)[c / MF_WARP_SIZE] = all;
   }
+}
+__device__ __forceinline__ void load_mask(uint8_t *s, const uint8_t *mrow, int k0, int K) {
+  mask_put(s, mask_fetch(mrow, k0, K));
 }
 __device__ __forceinline__ bool all_valid(const uint8_t *s) {
   const int *f = reinterpret_cast<const int *>(s + ATT_BK);
@@ -375,7 +387,8 @@ typedef struct {
   const uint8_t *mask;
   bf16 *out, *dq, *dk, *dv, *dbias;
   float *lse;       /* (B,R,H,Q) */
-  const float *Di;  /* (B,R,H,Q) workspace */
+  const float *ld;  /* (B,R,H,2,QP) workspace, QP = nqb·BQ: per slab lse·log2e then Di
+                     * (slab_ld; prep_kernel writes it) */
   const bf16 *dO;   /* (B,R,H,Q,D): dout, or dout⊙σ(gate) in the workspace */
   int B, R, H, Q, K, D;
   int nqb, nkb;     /* query / key tiles */
@@ -433,6 +446,11 @@ __device__ __forceinline__ void logits(float s[8][4], const bf16 *bs, const uint
  * the K/V tiles; dkdv likewise with key tiles; dbias shares Q/dO over key tiles and K/V
  * over query tiles. Bytes from L2 per logit at D = 32: 2/GR (bias) + 2/GQ (K, V), which
  * is what bounds these kernels (README). G = 1 is the first version exactly. */
+/* 1: the forward's gate tile goes through shared memory (copied during the last key
+ * step), 0: each thread loads its gate values at the end (README step 9) */
+#ifndef FWD_GATE_SMEM
+#define FWD_GATE_SMEM 1
+#endif
 /* Minimum CTAs per SM for __launch_bounds__ (a register cap of 65536 / (threads·minb)):
  * At DP = 32: fwd 96 / 121 / 121 registers for G = 1 / 2 / 4, dkdv 160 / 128 / 128. */
 __host__ __device__ constexpr int minb_fwd(bool MMA, int DP, int G) {
@@ -532,6 +550,12 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
   for (int i = 0; i < DP / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
+  /* the next tile's mask bytes, fetched a step ahead (mask_fetch) */
+  uint32_t mnext = ldkv && nkb > 1 ? mask_fetch(mg, ATT_BK, K) : 0u;
+  /* with a gate and one warpgroup, the gate tile (64, DP) of this CTA's rows is copied
+   * during the last step into the K stage that step leaves free (FWD_GATE_SMEM) */
+  const bool gate_smem = FWD_GATE_SMEM && G == 1 && p.gate != NULL && nkb > 0;
+  const bf16 *gg = p.gate ? p.gate + vofs(p.sg, b, r, h) : NULL;
   for (int it = 0; it < nkb; it++) {
     const int st = it & 1;
     if (it + 1 < nkb) { /* prefetch the next key tile into the other stage */
@@ -539,9 +563,12 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
       if (ldkv) {
         rp.template load<MMA>(Ks + sn * TILE, kg + (int64_t)k1 * stk, K - k1, stk);
         rp.template load<MMA>(Vs + sn * TILE, vg + (int64_t)k1 * stv, K - k1, stv);
-        load_mask(Ms + sn * ATT_MS, mg, k1, K);
+        mask_put(Ms + sn * ATT_MS, mnext);
+        if (it + 2 < nkb) mnext = mask_fetch(mg, k1 + ATT_BK, K);
       }
       if (ldb) bp.template load<MMA>(Bs + sn * BT, bg ? bg + k1 : NULL, Q - q0, K - k1);
+    } else if (gate_smem) {
+      rp.template load<MMA>(Ks + (st ^ 1) * TILE, gg + (int64_t)q0 * p.sg.row, Q - q0, (int)p.sg.row);
     }
     cp_async_commit<MMA>();
     cp_async_wait<MMA, 1>();
@@ -605,8 +632,12 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
     o[i][0] *= inv0; o[i][1] *= inv0;
     o[i][2] *= inv1; o[i][3] *= inv1;
   }
+  if (gate_smem) {
+    cp_async_wait<MMA, 0>();
+    __syncthreads();
+  }
   if (p.gate) { /* out = σ(gate) ⊙ o */
-    const bf16 *gg = p.gate + vofs(p.sg, b, r, h);
+    const bf16 *gs = Ks + (((nkb - 1) & 1) ^ 1) * TILE; /* the gate tile when gate_smem */
 #pragma unroll
     for (int nd = 0; nd < DP / 8; nd++) {
       if (nd * 8 >= D) continue;
@@ -614,8 +645,9 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
       for (int hrow = 0; hrow < 2; hrow++) {
         const int row = hrow ? row1 : row0;
         if (row >= Q) continue;
-        const float2 gv = __bfloat1622float2(
-            *reinterpret_cast<const __nv_bfloat162 *>(gg + (int64_t)row * p.sg.row + nd * 8 + 2 * t));
+        const bf16 *gp = gate_smem ? gs + (row - q0) * TP + nd * 8 + 2 * t
+                                   : gg + (int64_t)row * p.sg.row + nd * 8 + 2 * t;
+        const float2 gv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(gp));
         o[nd][2 * hrow] *= 1.f / (1.f + __expf(-gv.x));
         o[nd][2 * hrow + 1] *= 1.f / (1.f + __expf(-gv.y));
       }
@@ -625,26 +657,30 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
 }
 
 /* ------------------------------------------------------------------------------------
- * Backward prologue, one thread per (b, r, h, q) row: Di (fp32) = Σ_d dout·out; with a
- * gate, dgate = dout·out·(1 − σ(g)) and dO = dout·σ(g) (bf16, packed, into the
- * workspace). dout, out, gate, dgate are strided views (Di and dO packed); dgate may be
- * dout itself: each 16-byte chunk is read before the same thread writes it. */
+ * Backward prologue, PREP_LPR threads per (b, r, h, q) row, q < QP = nqb·BQ: the slab's
+ * side rows (slab_ld): lse·log2e (+inf when lse = -inf) and Di (fp32) = Σ_d dout·out,
+ * +inf and 0 for the padding rows q ≥ Q; with a gate, dgate = dout·out·(1 − σ(g)) and
+ * dO = dout·σ(g) (bf16, packed, into the workspace). dout, out, gate, dgate are strided
+ * views (dO packed); dgate may be dout itself: each 16-byte chunk is read before the
+ * same thread writes it. */
 typedef struct {
   mf_attn_stride dout, out, gate, dgate;
 } prep_strides;
 #define PREP_LPR 4 /* lanes per row of prep_kernel (a power of two dividing 32) */
-__global__ void prep_kernel(float *Di, bf16 *dO, bf16 *dgate, const bf16 *dout, const bf16 *out,
-                            const bf16 *gate, int64_t nrows, int D, int R, int H, int Q,
-                            prep_strides ps) {
+__global__ void prep_kernel(float *ld, bf16 *dO, bf16 *dgate, const bf16 *dout, const bf16 *out,
+                            const bf16 *gate, const float *lse, int64_t nrows, int D, int R,
+                            int H, int Q, int QP, prep_strides ps) {
   /* PREP_LPR lanes per row, lane sub taking the 16-byte chunks sub, sub + PREP_LPR, …: a
    * warp reads 8 rows' whole 64-byte head slices per instruction (one row per thread read
    * them 16 bytes at a time, 32 rows apart) */
-  const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / PREP_LPR;
+  /* prow: the padded row (brh, q < QP), nrows = B·R·H·QP; row: the real one (q < Q) */
+  const int64_t prow = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / PREP_LPR;
   const int sub = (int)(threadIdx.x % PREP_LPR);
-  const bool live = row < nrows;
+  const int64_t brh = prow / QP, q = prow - brh * QP, row = brh * Q + q;
+  const bool live = prow < nrows && q < Q;
   float acc = 0.f;
   if (live) {
-    const int64_t brh = row / Q, q = row - brh * Q, br = brh / H;
+    const int64_t br = brh / H;
     const int h = (int)(brh - br * H), r = (int)(br % R), b = (int)(br / R);
     const int64_t od = vofs(ps.dout, b, r, h) + q * ps.dout.row, oo = vofs(ps.out, b, r, h) + q * ps.out.row;
     const int64_t og = gate ? vofs(ps.gate, b, r, h) + q * ps.gate.row : 0;
@@ -678,7 +714,10 @@ __global__ void prep_kernel(float *Di, bf16 *dO, bf16 *dgate, const bf16 *dout, 
   /* the row's lanes are adjacent and all live or all not: a fixed-order sum */
 #pragma unroll
   for (int m = 1; m < PREP_LPR; m *= 2) acc += __shfl_xor_sync(0xffffffffu, acc, m);
-  if (live && sub == 0) Di[row] = acc;
+  if (prow < nrows && sub == 0) {
+    ld[brh * 2 * QP + q] = live ? lse_log2(lse[row]) : INFINITY;
+    ld[brh * 2 * QP + QP + q] = acc;
+  }
 }
 
 /* ------------------------------------------------------------------------------------
@@ -698,15 +737,26 @@ __device__ __forceinline__ void s_dp_products(float s[8][4], float dp[8][4],
   mm_abt<DP, MMA>(dp, b, n);
 }
 
-/* Shared by dkdv_kernel and fused_kernel: lse·log2e and Di of the query rows q1.. of a
- * tile into stage sn of Ls, Ds (ATT_BQ each; threads c0, c0 + ATT_THREADS, …); padded
- * query rows get lse = +inf (P = 0) and Di = 0. lg, dig: the slab's lse and Di. */
-__device__ __forceinline__ void load_lse_di(float *Ls, float *Ds, int sn, const float *lg,
-                                            const float *dig, int q1, int Q, int c0) {
-  for (int c = c0; c < ATT_BQ; c += ATT_THREADS) {
-    Ls[sn * ATT_BQ + c] = q1 + c < Q ? lse_log2(lg[q1 + c]) : INFINITY;
-    Ds[sn * ATT_BQ + c] = q1 + c < Q ? dig[q1 + c] : 0.f;
-  }
+/* The backward's per-row inputs of slab brh, written by prep_kernel: lse·log2e at
+ * [0, QP) (+inf for a row without a valid key and for the padding rows Q..QP-1, so that
+ * P = 0 there) and Di at [QP, 2·QP) (0 in the padding), QP = nqb·BQ. Padded to whole
+ * tiles and 16-byte aligned so that a tile's rows are copied by cp.async with the tiles
+ * they go with: a plain load there stalled its warp, and the barrier the others
+ * (README step 9). */
+__device__ __forceinline__ const float *slab_ld(const att_params &p, int64_t brh) {
+  return p.ld + brh * 2 * ((int64_t)p.nqb * ATT_BQ);
+}
+
+/* Shared by dkdv_kernel, dbias_kernel and fused_kernel: lse·log2e and Di of the query rows
+ * q1.. of a tile into stage sn of Ls, Ds (ATT_BQ each), 16-byte cp.async copies by the
+ * threads c0 = 0..31 of the loading warpgroup (part of the caller's commit group).
+ * ldg: slab_ld() of the slab. */
+template <bool MMA>
+__device__ __forceinline__ void load_lse_di(float *Ls, float *Ds, int sn, const float *ldg,
+                                            int q1, int QP, int c0) {
+  static_assert(ATT_BQ == 64, "16 chunks of 4 floats per array and tile");
+  if (c0 < 16) cp_async16<MMA>(Ls + sn * ATT_BQ + 4 * c0, ldg + q1 + 4 * c0, true);
+  else if (c0 < 32) cp_async16<MMA>(Ds + sn * ATT_BQ + 4 * (c0 - 16), ldg + QP + q1 + 4 * (c0 - 16), true);
 }
 
 /* Shared by dkdv_kernel and fused_kernel: the Pᵀ/dSᵀ step of one n-block (this warp's 16
@@ -768,7 +818,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
   const bf16 *vg = p.v + vofs(p.sv, b, r, h) + (int64_t)k0 * stv;
   const bf16 *bg = p.bias ? p.bias + ((int64_t)b * p.H + h) * Q * K + k0 : NULL;
   const uint8_t *mg = p.mask ? p.mask + ((int64_t)b * p.R + r) * K : NULL;
-  const float *lg = p.lse + brh * Q, *dig = p.Di + brh * Q;
+  const float *ldg = slab_ld(p, brh);
   const int warp = threadIdx.x / MF_WARP_SIZE % ATT_WARPS, lane = threadIdx.x % MF_WARP_SIZE;
   const row_plan<DP> rp(D);
   const bias_plan bp(K);
@@ -780,7 +830,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
     if (ldq) {
       rp.template load<MMA>(Qs + sn * TILE, qg + (int64_t)q1 * stq, Q - q1, stq);
       rp.template load<MMA>(dOs + sn * TILE, dog + (int64_t)q1 * sto, Q - q1, sto);
-      load_lse_di(Ls, Ds, sn, lg, dig, q1, Q, threadIdx.x % ATT_THREADS);
+      load_lse_di<MMA>(Ls, Ds, sn, ldg, q1, nqb * ATT_BQ, threadIdx.x % ATT_THREADS);
     }
     if (ldb) bp.template load<MMA>(Bs + sn * BT, bg ? bg + (int64_t)q1 * K : NULL, Q - q1, K - k0);
   };
@@ -898,10 +948,9 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_bwd(MMA, DP, GR * 
   const int gq = lane >> 2, t = lane & 3;
   const int nkb = p.nkb;
   const int row0 = q0 + warp * 16 + gq, row1 = row0 + 8;
-  const float lse0 = row0 < Q ? lse_log2(p.lse[brh * Q + row0]) : INFINITY;
-  const float lse1 = row1 < Q ? lse_log2(p.lse[brh * Q + row1]) : INFINITY;
-  const float di0 = row0 < Q ? p.Di[brh * Q + row0] : 0.f;
-  const float di1 = row1 < Q ? p.Di[brh * Q + row1] : 0.f;
+  const float *ldg = slab_ld(p, brh); /* rows up to QP exist (padding: lse +inf, Di 0) */
+  const float lse0 = ldg[row0], lse1 = ldg[row1];
+  const float di0 = ldg[p.nqb * ATT_BQ + row0], di1 = ldg[p.nqb * ATT_BQ + row1];
 
   rp.template load<MMA>(Qs, qg, Q - q0, stq);
   rp.template load<MMA>(dOs, dog, Q - q0, sto);
@@ -998,27 +1047,29 @@ __global__ void __launch_bounds__(ATT_THREADS * GQ * GK, minb_bwd(MMA, DP, GQ * 
   const int gq = lane >> 2, t = lane & 3;
 
   const int stq = (int)p.sq.row, sto = (int)p.sdO.row, stk = (int)p.sk.row, stv = (int)p.sv.row;
-  auto prefetch = [&](int r, int sn) {
+  /* row r's mask bytes of this key tile (mask_fetch), fetched a row ahead in the loop */
+  auto mfetch = [&](int r) {
+    return mask_fetch(p.mask ? p.mask + ((int64_t)b * R + r) * K : NULL, k0, K);
+  };
+  auto prefetch = [&](int r, int sn, uint32_t m) {
     const int64_t brh = ((int64_t)b * R + r) * p.H + h;
     if (ldq) {
       rp.template load<MMA>(Qs + sn * TILE, p.q + vofs(p.sq, b, r, h) + (int64_t)q0 * stq, Q - q0, stq);
       rp.template load<MMA>(dOs + sn * TILE, p.dO + vofs(p.sdO, b, r, h) + (int64_t)q0 * sto, Q - q0, sto);
-      for (int c = threadIdx.x % ATT_THREADS; c < ATT_BQ; c += ATT_THREADS) {
-        Ls[sn * ATT_BQ + c] = q0 + c < Q ? lse_log2(p.lse[brh * Q + q0 + c]) : INFINITY;
-        Ds[sn * ATT_BQ + c] = q0 + c < Q ? p.Di[brh * Q + q0 + c] : 0.f;
-      }
+      load_lse_di<MMA>(Ls, Ds, sn, slab_ld(p, brh), q0, p.nqb * ATT_BQ, threadIdx.x % ATT_THREADS);
     }
     if (ldkv) {
       rp.template load<MMA>(Ks + sn * TILE, p.k + vofs(p.sk, b, r, h) + (int64_t)k0 * stk, K - k0, stk);
       rp.template load<MMA>(Vs + sn * TILE, p.v + vofs(p.sv, b, r, h) + (int64_t)k0 * stv, K - k0, stv);
-      load_mask(Ms + sn * ATT_MS, p.mask ? p.mask + ((int64_t)b * R + r) * K : NULL, k0, K);
+      mask_put(Ms + sn * ATT_MS, m);
     }
   };
 
   /* rows [rb, re) of range sp (all rows when rs = 1), in order */
   const int rb = (int)((int64_t)sp * R / p.rs), re = (int)((int64_t)(sp + 1) * R / p.rs);
   bp.template load<MMA>(Bs, bg, Q - q0, K - k0);
-  if (rb < re) prefetch(rb, 0);
+  if (rb < re) prefetch(rb, 0, ldkv ? mfetch(rb) : 0u);
+  uint32_t mnext = ldkv && rb + 1 < re ? mfetch(rb + 1) : 0u;
   cp_async_commit<MMA>();
   float acc[8][4];
 #pragma unroll
@@ -1026,7 +1077,10 @@ __global__ void __launch_bounds__(ATT_THREADS * GQ * GK, minb_bwd(MMA, DP, GQ * 
 
   for (int r = rb; r < re; r++) {
     const int st = (r - rb) & 1;
-    if (r + 1 < re) prefetch(r + 1, st ^ 1);
+    if (r + 1 < re) {
+      prefetch(r + 1, st ^ 1, mnext);
+      if (ldkv && r + 2 < re) mnext = mfetch(r + 2);
+    }
     cp_async_commit<MMA>();
     cp_async_wait<MMA, 1>();
     __syncthreads();
@@ -1128,7 +1182,7 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
     const int b = (int)(br / p.R), r = (int)(br % p.R);
     const bf16 *qg = p.q + vofs(p.sq, b, r, h), *dog = p.dO + vofs(p.sdO, b, r, h);
     const uint8_t *mg = p.mask ? p.mask + br * K : NULL;
-    const float *lg = p.lse + brh * Q, *dig = p.Di + brh * Q;
+    const float *ldg = slab_ld(p, brh);
     for (int kb = 0; kb < nkb; kb++) {
       const int k0 = kb * ATT_BK;
       const bf16 *kg = p.k + vofs(p.sk, b, r, h) + (int64_t)k0 * stk;
@@ -1138,7 +1192,7 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
         const int q1 = it * ATT_BQ;
         rp.template load<MMA>(Qs + sn * TILE, qg + (int64_t)q1 * stq, Q - q1, stq);
         rp.template load<MMA>(dOs + sn * TILE, dog + (int64_t)q1 * sto, Q - q1, sto);
-        load_lse_di(Ls, Ds, sn, lg, dig, q1, Q, threadIdx.x);
+        load_lse_di<MMA>(Ls, Ds, sn, ldg, q1, nqb * ATT_BQ, threadIdx.x);
         bp.template load<MMA>(Bs + sn * BT, bg ? bg + (int64_t)q1 * K : NULL, Q - q1, K - k0);
         if (GACC && kb > 0)
 #pragma unroll
@@ -1650,10 +1704,14 @@ extern "C" void mf_attention_forward_cuda(bf16 *out, float *lse, const bf16 *q, 
   mf_attention_forward_strided_cuda(out, lse, q, k, v, bias, mask, gate, d, &pv, stream);
 }
 
-/* Workspace layout: Di (fp32, rows), padded to 256 bytes; the gated dO (bf16, rows·D),
- * padded; the fused pass's fp32 dQ scratch (global mode; sized for any variant, so that
- * the workspace does not depend on mf_attention_cuda_set_variant). */
-static size_t ws_di_bytes(size_t rows) { return (rows * sizeof(float) + 255) / 256 * 256; }
+/* Workspace layout: the side rows (slab_ld: lse·log2e and Di, fp32, B·R·H·2·QP), padded
+ * to 256 bytes; the gated dO (bf16, rows·D), padded; the fused pass's fp32 dQ scratch
+ * (global mode; sized for any variant, so that the workspace does not depend on
+ * mf_attention_cuda_set_variant). */
+static size_t ws_ld_bytes(const mf_attn_dims &d) {
+  const size_t qp = (size_t)mf_cdiv(d.Q, ATT_BQ) * ATT_BQ;
+  return ((size_t)d.B * d.R * d.H * 2 * qp * sizeof(float) + 255) / 256 * 256;
+}
 static size_t ws_do_bytes(size_t rows, int D, int has_gate) {
   return has_gate ? (rows * D * sizeof(bf16) + 255) / 256 * 256 : 0;
 }
@@ -1672,7 +1730,7 @@ static size_t ws_scratch_bytes(mf_attn_dims d) {
 
 extern "C" size_t mf_attention_backward_cuda_workspace(mf_attn_dims d, int has_gate) {
   const size_t rows = (size_t)d.B * d.R * d.H * d.Q;
-  return ws_di_bytes(rows) + ws_do_bytes(rows, d.D, has_gate) + ws_scratch_bytes(d);
+  return ws_ld_bytes(d) + ws_do_bytes(rows, d.D, has_gate) + ws_scratch_bytes(d);
 }
 
 /* The strided backward's scratch also holds the split dbias pass's partial sums for up
@@ -1688,7 +1746,7 @@ extern "C" size_t mf_attention_backward_strided_cuda_workspace(mf_attn_dims d, i
     split = part < dqb ? part : dqb;
   }
   const size_t fs = ws_scratch_bytes(d);
-  return ws_di_bytes(rows) + ws_do_bytes(rows, d.D, has_gate) + (split > fs ? split : fs);
+  return ws_ld_bytes(d) + ws_do_bytes(rows, d.D, has_gate) + (split > fs ? split : fs);
 }
 
 extern "C" void mf_attention_backward_strided_cuda(
@@ -1731,18 +1789,20 @@ extern "C" void mf_attention_backward_strided_cuda(
   p.q = q; p.k = k; p.v = v; p.bias = bias; p.mask = mask; p.gate = gate; p.dout = dout;
   p.lse = const_cast<float *>(lse);
   p.dq = dq; p.dk = dk; p.dv = dv; p.dbias = dbias;
-  float *Di = (float *)workspace;
-  bf16 *dOeff = gate ? (bf16 *)((char *)workspace + ws_di_bytes((size_t)rows)) : NULL;
-  const size_t ws_fixed = ws_di_bytes((size_t)rows) + ws_do_bytes((size_t)rows, d.D, gate != NULL);
+  float *ld = (float *)workspace;
+  bf16 *dOeff = gate ? (bf16 *)((char *)workspace + ws_ld_bytes(d)) : NULL;
+  const size_t ws_fixed = ws_ld_bytes(d) + ws_do_bytes((size_t)rows, d.D, gate != NULL);
   float *scratch = (float *)((char *)workspace + ws_fixed);
   const size_t scratch_bytes = workspace_bytes - ws_fixed;
-  p.Di = Di;
+  p.ld = ld;
   p.dO = gate ? dOeff : dout;
   p.sdO = gate ? packed_stride(d, d.Q) : vw.dout;
 
   const prep_strides ps = {vw.dout, vw.out, vw.gate, vw.dgate};
-  prep_kernel<<<mf_cdiv(rows * PREP_LPR, 256), 256, 0, stream>>>(Di, dOeff, dgate, dout, out, gate, rows, d.D,
-                                                      d.R, d.H, d.Q, ps);
+  const int64_t prows = rows / d.Q * ((int64_t)p.nqb * ATT_BQ); /* padded to whole tiles */
+  prep_kernel<<<mf_cdiv(prows * PREP_LPR, 256), 256, 0, stream>>>(ld, dOeff, dgate, dout, out, gate, lse,
+                                                       prows, d.D, d.R, d.H, d.Q,
+                                                       p.nqb * ATT_BQ, ps);
   MF_CHECK_LAUNCH();
   if (d.K == 0) { /* no keys: dq = 0 (dk, dv, dbias are empty) */
     zero_view(dq, vw.dq, d, d.Q, stream);
