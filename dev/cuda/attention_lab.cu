@@ -22,6 +22,9 @@
  *                or shared memory (set_variant(8), (9)); va, vb: v8 with the fused
  *                kernel's step schedule 0 (three barriers per step) or 2 (two, dV/dK
  *                products after the dSᵀ barrier) in place of 1 (set_variant(10), (11))
+ *   vc fused2, vd fused2-m2   set_variant(12), (13): the fused pass with CTAs of two
+ *                warpgroups on key-tile pairs sharing the Q/dO tiles and the dQ
+ *                accumulator (fused2_kernel), 1 / 2 CTAs per SM in the register bound
  *
  *   attention_lab [N_time...]  (default 512: R = N, H = 4, D = 32; per-kernel backward
  *                              times = backward with only dK/dV, only dQ, dQ + dbias minus
@@ -191,8 +194,8 @@ static void free_problem(problem *p) {
     if (ps[i]) MF_CHECK_CUDA(cudaFree(ps[i]));
 }
 
-#define NVER 12
-static const int ver_variant[NVER] = {-1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+#define NVER 14
+static const int ver_variant[NVER] = {-1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
 
 /* which: 0 all gradients, 1 dK/dV only, 2 dQ only, 3 dQ and dbias, 4 dQ, dK, dV (each
  * with the prologue; the dbias pass alone is 3 minus 2, since its split form borrows dq's
@@ -258,7 +261,7 @@ static int same_dev(const void *a, const void *b, size_t n) {
 int main(int argc, char **argv) {
   const char *names[NVER] = {"v0 simt", "v1 portable", "v2 mma", "v3 g21", "v4 g12", "v5 g22",
                              "v6 3-pass", "v7 fused", "v8 fused-g", "v9 fused-s", "va fused-g0",
-                             "vb fused-g2"};
+                             "vb fused-g2", "vc fused2", "vd fused2-m2"};
   /* validation: B=1, R=5, H=3, N=130, D=32, bias and mask (one fully masked r); R odd so
    * that a CTA of two row warpgroups has one past the end */
   mf_attn_dims dv = {1, 5, 3, 130, 130, 32, 1.0 / sqrt(32.0)};
@@ -322,7 +325,7 @@ int main(int argc, char **argv) {
            "only that gradient, prologue included; dbias: (dq + dbias) - dq):\n", Nt);
     for (int ver = 0; ver < NVER; ver++) {
       if (ver < 2 && Nt > 512) continue; /* the slow versions only at small N */
-      if (getenv("LAB_VERSIONS") && !strchr(getenv("LAB_VERSIONS"), "0123456789ab"[ver])) continue;
+      if (getenv("LAB_VERSIONS") && !strchr(getenv("LAB_VERSIONS"), "0123456789abcd"[ver])) continue;
       const float tf = time_ms(&pt, ver, 0);
       printf("  %-12s fwd %8.3f ms (%6.1f TFLOP/s)", names[ver], tf, f1 / tf / 1e9);
       if (ver > 0) {

@@ -442,15 +442,17 @@ int main(void) {
   /* the backward's passes as variants: 6 = three recompute passes (dK/dV, dQ, dbias); the
    * fused dK/dV/dQ pass with its dQ accumulator forced into global scratch (8: persistent
    * CTAs, several slabs per CTA when B·R·H exceeds the resident CTAs) or into shared
-   * memory (9); 10, 11 = 8 with the fused kernel's other step schedules. Odd N, masks
-   * with a fully masked row r, gates, every head dim. */
+   * memory (9); 10, 11 = 8 with the fused kernel's other step schedules; 12, 13 = the
+   * two-warpgroup fused kernel (key-tile pairs; odd tile counts leave a masked phantom
+   * tile) with 1 / 2 CTAs per SM in its register bound. Odd N, masks with a fully
+   * masked row r, gates, every head dim. */
   {
     const att_case cs[] = {
         {1, 5, 4, 130, 32, 1, 1, 1, 0}, {2, 3, 2, 65, 48, 1, 1, 0, 0},
         {1, 7, 3, 200, 16, 1, 1, 1, 0}, {1, 4, 2, 63, 24, 0, 1, 0, 0},
         {1, 3, 2, 129, 64, 1, 1, 1, 0}, {1, 6, 2, 64, 8, 1, 0, 1, 0},
     };
-    for (int v = 6; v <= 11; v++)
+    for (int v = 6; v <= 13; v++)
       for (int i = 0; i < (int)(sizeof cs / sizeof cs[0]); i++) {
         if (v == 6 && i >= 2) break;
         run_case(&cs[i], v, seed += 100);
@@ -459,6 +461,12 @@ int main(void) {
     const att_case big = {2, 100, 4, 70, 32, 1, 1, 1, 3};
     run_case(&big, 8, seed += 100);
     run_case(&big, 11, seed += 100);
+    run_case(&big, 12, seed += 100);
+    run_case(&big, 13, seed += 100);
+    /* the default variant at N ≥ 2048 (32 query tiles) takes fused2_kernel: N = 2050
+     * leaves a partial last query tile and an odd key-tile count (33: a phantom tile) */
+    const att_case wide = {1, 2, 1, 2050, 32, 1, 1, 1, 0};
+    run_case(&wide, 0, seed += 100);
   }
   /* strided views (starting- and ending-style rows) on the default path (fused pass for
    * R > 1, dq pass with dbias for R = 1, split dbias pass), the three-pass and portable

@@ -20,6 +20,7 @@
 #include "model/params.h"
 #include "model/parity.h"
 #include "model/stack.h"
+#include "ops/cuda/attention_cuda.h"
 #include "ops/cuda/device.h"
 #include "ops/cuda/gpu.h"
 #include "ops/cuda/ln_linear_cuda.h"
@@ -488,6 +489,8 @@ int main(void) {
   mf_test_begin("test_pairformer_gpu");
   if (getenv("MF_PF_TIMING_ONLY")) {
     const int N = atoi(getenv("MF_PF_TIMING_ONLY"));
+    /* MF_ATT_VARIANT: the attention variant to time (mf_attention_cuda_set_variant) */
+    if (getenv("MF_ATT_VARIANT")) mf_attention_cuda_set_variant(atoi(getenv("MF_ATT_VARIANT")));
     for (int i = 0; i < 2; i++) time_block(N);
     mf_test_free_all();
     return mf_test_end();

@@ -403,6 +403,9 @@ int main(void) {
     printf("triatt worst relative errors: out %.3g, dz %.3g, parameter gradients %.3g (tol %.1g)\n",
            g_worst[0], g_worst[1], g_worst[2], TOL);
   }
+  /* MF_ATT_VARIANT: the attention variant the timings run (mf_attention_cuda_set_variant) */
+  if (getenv("MF_ATT_VARIANT") && getenv("MF_TRIATT_BENCH_ONLY"))
+    mf_attention_cuda_set_variant(atoi(getenv("MF_ATT_VARIANT")));
   if (getenv("MF_TRIATT_BENCH_N")) { /* e.g. "2048,3072": the sizes to time */
     for (const char *c = getenv("MF_TRIATT_BENCH_N"); *c;) {
       char *end;

@@ -31,6 +31,9 @@
  *                  an fp32 accumulator of all the slab's query rows (shared memory, or the
  *                  CTA's own global scratch), each slot read and written by one thread in
  *                  key-tile order: no atomics, one recompute of P fewer.
+ *   fused2_kernel  (the default instead of fused_kernel from 32 query tiles on, N ≥ 2048)
+ *                  fused_kernel with CTAs of two warpgroups on pairs of key tiles that
+ *                  share the Q/dO tiles and the dQ accumulator (half the slabs in flight).
  * No kernel uses atomics; every output element is written by exactly one thread.
  * Fully masked rows (no valid key): out = 0, lse = -inf, zero gradients, no NaN.
  * Version history and timings: dev/cuda/README.md.
@@ -64,7 +67,9 @@ typedef mf_bf16_t bf16;
 /* 0: the default (ATT_DEFAULT_VARIANT), 1: portable, 2..5: lab layouts, 6: three
  * backward passes (split dbias), 7: fused dK/dV/dQ pass, 8 / 9: fused with the dQ
  * accumulator forced into global scratch / shared memory (tests and lab), 10 / 11: 8 with
- * the step schedule 0 / 2 of fused_kernel (lab, tests) */
+ * the step schedule 0 / 2 of fused_kernel (lab, tests), 12 / 13: the fused pass by
+ * fused2_kernel (two warpgroups on key-tile pairs) with 1 / 2 CTAs per SM in its
+ * register bound (head dims 17..32 and 49..64; others run 7) */
 static int g_variant = 0;
 /* fwd_kernel's CTA order (fwd_cta), mf_attention_cuda_set_fwd_order; 2 by measurement
  * (dev/cuda/README.md: the triangle-attention module's forward at N = 768 2.79 ms against
@@ -1304,6 +1309,180 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
 }
 
 /* ------------------------------------------------------------------------------------
+ * fused2_kernel (README step 10): fused_kernel with CTAs of two warpgroups that walk a
+ * slab's key tiles in pairs, warpgroup wg owning key tile 2·kp + wg (a missing last one
+ * is all masked: zero tiles, no stores). The pair shares each query step's Q, dO, lse,
+ * Di tiles (warpgroup 0 copies Q, lse, Di, warpgroup 1 dO) and the dQ accumulator, so
+ * that a slab costs half the tile copies and half the accumulator round trips of
+ * fused_kernel, and the CTAs in flight hold half the slabs: fused_kernel's working set
+ * (≈ 200 KB per CTA: the slab's Q, dO and dQ accumulator, × 396 CTAs at N = 768) did
+ * not fit the 50 MB L2 (ncu: 57 % L2 hits, 2.4 TB/s from device memory).
+ * dQ phase: warp w of 8 owns query rows 16·(w % 4) of the tile and the head-dim half
+ * w / 4 (DP/2 columns) and sums dS·K over both key tiles, tile 0 first (a fixed order:
+ * bit-identical reruns; not the order of fused_kernel, whose sums differ in rounding).
+ * DP % 32 == 0 (whole 16-column fragment pairs per half). Global accumulator only,
+ * schedule 1. MINB: CTAs per SM for __launch_bounds__ (1, or 2: 128 registers).
+ * dq, dk, dv (B,R,H,·,D); p.dqacc (gridDim.x, nqb, 8, DP/16, 32) float4. */
+template <int DP, int MINB>
+__global__ void __launch_bounds__(2 * ATT_THREADS, MINB) fused2_kernel(att_params p) {
+  constexpr bool MMA = true;
+  static_assert(DP % 32 == 0, "head-dim halves of whole fragment pairs");
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int TP = DP + 8, TILE = 64 * TP, BT = ATT_BQ * ATT_BP, NH = DP / 16, SP = ATT_BQ + 8;
+  constexpr int W8 = 2 * ATT_WARPS;
+  const int wg = threadIdx.x / ATT_THREADS;
+  bf16 *s0 = reinterpret_cast<bf16 *>(smem);
+  bf16 *Ks = s0 + wg * TILE, *Vs = s0 + (2 + wg) * TILE;   /* [2][TILE] each: per warpgroup */
+  bf16 *K0 = s0;                                            /* both warpgroups' K tiles */
+  bf16 *Qs = s0 + 4 * TILE, *dOs = s0 + 6 * TILE;           /* [2][TILE] each: per stage */
+  bf16 *Bs = s0 + 8 * TILE;                                 /* [2 stages][2 wg][BT] */
+  bf16 *St0 = Bs + 4 * BT;                                  /* [2 wg][BK][SP]: dSᵀ */
+  bf16 *St = St0 + wg * ATT_BK * SP;
+  float *Ls = reinterpret_cast<float *>(St0 + 2 * ATT_BK * SP); /* [2][BQ] lse·log2e */
+  float *Ds = Ls + 2 * ATT_BQ;                                  /* [2][BQ] Di */
+  float4 *Acc = reinterpret_cast<float4 *>(Ds + 2 * ATT_BQ);    /* [2][8][NH][32] */
+  uint8_t *Ms = reinterpret_cast<uint8_t *>(Acc + 2 * W8 * NH * 32) + wg * ATT_MS; /* [2 wg][ATT_MS] */
+
+  const int Q = p.Q, K = p.K, D = p.D, nqb = p.nqb, nkb = p.nkb, QP = nqb * ATT_BQ;
+  const int w8 = threadIdx.x / MF_WARP_SIZE, warp = w8 % ATT_WARPS, lane = threadIdx.x % MF_WARP_SIZE;
+  const int gq = lane >> 2, t = lane & 3, hd = w8 / ATT_WARPS; /* hd: this warp's dQ half */
+  const row_plan<DP> rp(D);
+  const bias_plan bp(K);
+  const int64_t nslab = (int64_t)p.B * p.R * p.H;
+  const int nkp = (nkb + 1) / 2;
+  float4 *gacc = reinterpret_cast<float4 *>(p.dqacc) + (int64_t)blockIdx.x * nqb * W8 * NH * 32;
+  auto slot = [&](int i, int nh) { return ((i * W8 + w8) * NH + nh) * 32 + lane; };
+
+  const int stq = (int)p.sq.row, sto = (int)p.sdO.row, stk = (int)p.sk.row, stv = (int)p.sv.row;
+  for (int64_t brh = blockIdx.x; brh < nslab; brh += gridDim.x) {
+    const int h = (int)(brh % p.H);
+    const int64_t br = brh / p.H;
+    const int b = (int)(br / p.R), r = (int)(br % p.R);
+    const bf16 *qg = p.q + vofs(p.sq, b, r, h), *dog = p.dO + vofs(p.sdO, b, r, h);
+    const uint8_t *mg = p.mask ? p.mask + br * K : NULL;
+    const float *ldg = slab_ld(p, brh);
+    for (int kp = 0; kp < nkp; kp++) {
+      const int k0 = (2 * kp + wg) * ATT_BK; /* this warpgroup's key tile (≥ K: all masked) */
+      const bf16 *kg = p.k + vofs(p.sk, b, r, h) + (int64_t)min(k0, K) * stk;
+      const bf16 *vg = p.v + vofs(p.sv, b, r, h) + (int64_t)min(k0, K) * stv;
+      const bf16 *bg = p.bias ? p.bias + ((int64_t)b * p.H + h) * Q * K + min(k0, K) : NULL;
+      auto prefetch = [&](int it, int sn) {
+        const int q1 = it * ATT_BQ;
+        if (wg == 0) {
+          rp.template load<MMA>(Qs + sn * TILE, qg + (int64_t)q1 * stq, Q - q1, stq);
+          load_lse_di<MMA>(Ls, Ds, sn, ldg, q1, QP, threadIdx.x);
+        } else {
+          rp.template load<MMA>(dOs + sn * TILE, dog + (int64_t)q1 * sto, Q - q1, sto);
+        }
+        bp.template load<MMA>(Bs + (sn * 2 + wg) * BT, bg ? bg + (int64_t)q1 * K : NULL, Q - q1, K - k0);
+        if (kp > 0)
+#pragma unroll
+          for (int nh = 0; nh < NH; nh++) cp_async16<MMA>(Acc + slot(sn, nh), gacc + slot(it, nh), true);
+      };
+
+      __syncthreads(); /* the previous pair is done with every buffer */
+      rp.template load<MMA>(Ks, kg, K - k0, stk);
+      rp.template load<MMA>(Vs, vg, K - k0, stv);
+      load_mask(Ms, mg, k0, K);
+      prefetch(0, 0);
+      cp_async_commit<MMA>();
+      cp_async_wait<MMA, 0>();
+      __syncthreads();
+      uint32_t kf[DP / 16][4], vf[DP / 16][4];
+      load_a_frags<DP, MMA>(kf, Ks, warp);
+      load_a_frags<DP, MMA>(vf, Vs, warp);
+      const bool kv0 = Ms[warp * 16 + gq] != 0, kv1 = Ms[warp * 16 + gq + 8] != 0;
+
+      float dk[DP / 8][4], dv[DP / 8][4];
+#pragma unroll
+      for (int i = 0; i < DP / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
+
+      for (int it = 0; it < nqb; it++) {
+        const int st = it & 1;
+        if (it > 0) { /* schedule 1: the prefetch after the barrier that ends the previous step's reads */
+          cp_async_wait<MMA, 0>();
+          __syncthreads();
+        }
+        if (it + 1 < nqb) prefetch(it + 1, st ^ 1);
+        cp_async_commit<MMA>();
+        const bf16 *qs = Qs + st * TILE, *dos = dOs + st * TILE, *bs = Bs + (st * 2 + wg) * BT;
+        const float *ls = Ls + st * ATT_BQ, *ds = Ds + st * ATT_BQ;
+
+        float s[8][4], dp[8][4];
+        s_dp_products<DP, MMA>(s, dp, kf, qs, vf, dos); /* Sᵀ = K·Qᵀ (16 keys, 64 queries), dPᵀ = V·dOᵀ */
+#pragma unroll
+        for (int nb = 0; nb < 8; nb += 2) {
+          uint32_t bb[4];
+          ldsm_x4<MMA, true>(bb, bs + ((nb + lane / 16) * 8 + lane % 8) * ATT_BP + warp * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+          for (int hh = 0; hh < 2; hh++) {
+            const int n = nb + hh, qc = n * 8 + 2 * t;
+            pt_dst<MMA>(s[n], dp[n], bb + 2 * hh, *reinterpret_cast<const float2 *>(ls + qc),
+                        *reinterpret_cast<const float2 *>(ds + qc), kv0, kv1, p.scale);
+            *reinterpret_cast<uint32_t *>(St + (warp * 16 + gq) * SP + qc) = pack_bf16x2(dp[n][0], dp[n][1]);
+            *reinterpret_cast<uint32_t *>(St + (warp * 16 + gq + 8) * SP + qc) = pack_bf16x2(dp[n][2], dp[n][3]);
+          }
+        }
+        mm_pm<DP, MMA>(dv, s, dos); /* dV += Pᵀ·dO */
+        mm_pm<DP, MMA>(dk, dp, qs); /* dK += dSᵀ·Q */
+        __syncthreads();            /* both warpgroups' dSᵀ complete */
+
+        /* dQ rows it·64 + 16·warp + [0, 16), columns of half hd, += Σ over both key tiles of dS · K */
+        float c[NH][4];
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++) {
+          if (kp == 0) {
+            c[nh][0] = c[nh][1] = c[nh][2] = c[nh][3] = 0.f;
+          } else {
+            const float4 a = Acc[slot(st, nh)];
+            c[nh][0] = a.x; c[nh][1] = a.y; c[nh][2] = a.z; c[nh][3] = a.w;
+          }
+        }
+#pragma unroll
+        for (int kt = 0; kt < 2; kt++) {
+          const bf16 *stk_ = St0 + kt * ATT_BK * SP, *ks = K0 + kt * TILE;
+#pragma unroll
+          for (int j = 0; j < 4; j++) { /* keys 16j..16j+15 of key tile kt */
+            uint32_t a[4];
+            ldsm_x4<MMA, true>(a, stk_ + (j * 16 + (lane / 16) * 8 + lane % 8) * SP + warp * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+            for (int n2 = 0; n2 < NH / 2; n2++) {
+              uint32_t bk[4];
+              ldsm_x4<MMA, true>(bk, ks + (j * 16 + ((lane / 8) % 2) * 8 + lane % 8) * TP +
+                                         (hd * (NH / 2) + n2) * 16 + (lane / 16) * 8);
+              mma_16816<MMA>(c[2 * n2], a, bk[0], bk[1]);
+              mma_16816<MMA>(c[2 * n2 + 1], a, bk[2], bk[3]);
+            }
+          }
+        }
+        if (kp == nkp - 1) { /* dQ as bf16: columns hd·DP/2 + 8·nh + 2t, rows g, g+8 */
+          bf16 *dqg = p.dq + vofs(p.sdq, b, r, h);
+#pragma unroll
+          for (int nh = 0; nh < NH; nh++) {
+            const int col = hd * (DP / 2) + nh * 8;
+            if (col >= D) continue;
+#pragma unroll
+            for (int hrow = 0; hrow < 2; hrow++) {
+              const int row = it * ATT_BQ + warp * 16 + gq + 8 * hrow;
+              if (row >= Q) continue;
+              *reinterpret_cast<__nv_bfloat162 *>(dqg + row * p.sdq.row + col + 2 * t) =
+                  __floats2bfloat162_rn(c[nh][2 * hrow] * p.scale, c[nh][2 * hrow + 1] * p.scale);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int nh = 0; nh < NH; nh++) gacc[slot(it, nh)] = make_float4(c[nh][0], c[nh][1], c[nh][2], c[nh][3]);
+        }
+      }
+      if (p.dk) store_rows<DP>(p.dk + vofs(p.sdk, b, r, h), dk, k0 + warp * 16, K, D, p.sdk.row, p.scale);
+      if (p.dv) store_rows<DP>(p.dv + vofs(p.sdv, b, r, h), dv, k0 + warp * 16, K, D, p.sdv.row, 1.f);
+    }
+  }
+}
+
+/* ------------------------------------------------------------------------------------
  * Launchers: shared memory per kernel, head-dim dispatch. */
 
 static size_t tile_bytes(int DP) { return (size_t)64 * (DP + 8) * sizeof(bf16); }
@@ -1354,6 +1533,11 @@ typedef struct {
 #define ATT_CFG_DBIAS 0
 /* The backward that variant 0 runs: 6 (three passes) or 7 (fused dK/dV/dQ), README step 7 */
 #define ATT_DEFAULT_VARIANT 7
+/* Variant 7 runs fused2_kernel (1 CTA per SM) from this many query tiles on (N ≥ 2048 at
+ * BQ = 64), fused_kernel below: the fused pass at N = 768 / 1024 / 1536 / 2048 / 3072
+ * took 3.69 / 8.15 / 30.4 / 73.9 / 251 ms in fused_kernel and 3.99 / 9.07 / 29.5 / 68.4 /
+ * 228 ms in fused2_kernel (H200, README step 10) */
+#define ATT_FUSED2_MIN_QB 32
 /* fused_kernel's step schedule for variants 7..9 (README step 7) */
 #define ATT_FUSED_SCHED 1
 
@@ -1493,38 +1677,61 @@ static size_t fused_smem(int DP, bool gacc, int nqb) {
  * so its answer is cached per device: the workspace sizer asks for every crop up to N_max
  * (mf_pf_cuda_block_workspace_upto), and each uncached answer costs five CUDA calls. */
 #define ATT_OCC_DEVICES 64
-template <int DP, bool GACC>
-static int fused_occupancy(int nqb, int64_t *slots) {
-  static std::atomic<int> cache[ATT_OCC_DEVICES]; /* (sms << 8 | per_sm) + 1; 0 = unknown */
+/* CTAs per SM of kern (threads, smem bytes), cached in cache[device] when `cached`. */
+template <typename Kern>
+static int occupancy(Kern kern, int threads, size_t smem, bool cached, std::atomic<int> *cache,
+                     int64_t *slots) {
   int dev = 0;
   MF_CHECK_CUDA(cudaGetDevice(&dev));
-  const bool cached = GACC && dev >= 0 && dev < ATT_OCC_DEVICES;
+  cached = cached && dev >= 0 && dev < ATT_OCC_DEVICES;
   if (cached) {
-    const int c = cache[dev].load(std::memory_order_relaxed);
+    const int c = cache[dev].load(std::memory_order_relaxed); /* (sms << 8 | per_sm) + 1; 0 = unknown */
     if (c > 0) {
       if (slots) *slots = (int64_t)((c - 1) >> 8) * ((c - 1) & 255);
       return (c - 1) & 255;
     }
   }
-  const size_t smem = fused_smem(DP, GACC, nqb);
-  auto kern = fused_kernel<DP, GACC, ATT_FUSED_SCHED>;
   int sms = 0, per_sm = 0, maxs = 0;
   MF_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   MF_CHECK_CUDA(cudaDeviceGetAttribute(&maxs, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   if (smem <= (size_t)maxs) {
     MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, ATT_THREADS, smem));
+    MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, smem));
   }
   if (per_sm > 255) per_sm = 255;
   if (cached) cache[dev].store(((sms << 8) | per_sm) + 1, std::memory_order_relaxed);
   if (slots) *slots = (int64_t)sms * per_sm;
   return per_sm;
 }
-/* fp32 scratch (bytes) of the global mode: min(slabs, resident CTAs) × nqb·64·DP. */
+template <int DP, bool GACC>
+static int fused_occupancy(int nqb, int64_t *slots) {
+  static std::atomic<int> cache[ATT_OCC_DEVICES];
+  return occupancy(fused_kernel<DP, GACC, ATT_FUSED_SCHED>, ATT_THREADS, fused_smem(DP, GACC, nqb),
+                   GACC, cache, slots);
+}
+/* fused2_kernel: shared memory (independent of nqb) and CTAs per SM, cached per device */
+static size_t fused2_smem(int DP) {
+  return 8 * tile_bytes(DP) + 4 * bias_bytes() + (size_t)2 * ATT_BK * (ATT_BQ + 8) * sizeof(bf16) +
+         4 * ATT_BQ * sizeof(float) + (size_t)2 * 2 * ATT_WARPS * (DP / 16) * 32 * sizeof(float4) +
+         2 * ATT_MS;
+}
+template <int DP, int MINB>
+static int fused2_occupancy(int64_t *slots) {
+  static std::atomic<int> cache[ATT_OCC_DEVICES];
+  return occupancy(fused2_kernel<DP, MINB>, 2 * ATT_THREADS, fused2_smem(DP), true, cache, slots);
+}
+/* fp32 scratch (bytes) of the global mode: min(slabs, resident CTAs) × nqb·64·DP, for the
+ * kernel of any variant (fused_kernel, fused2_kernel of either bound). */
 template <int DP>
 static size_t fused_scratch_bytes(const att_params &p) {
-  int64_t slots = 0;
+  int64_t slots = 0, s2 = 0;
   fused_occupancy<DP, true>(p.nqb, &slots);
+  if constexpr (DP % 32 == 0) {
+    fused2_occupancy<DP, 1>(&s2);
+    slots = s2 > slots ? s2 : slots;
+    fused2_occupancy<DP, 2>(&s2);
+    slots = s2 > slots ? s2 : slots;
+  }
   const int64_t slabs = (int64_t)p.B * p.R * p.H, grid = slabs < slots ? slabs : slots;
   return (size_t)grid * p.nqb * 64 * DP * sizeof(float);
 }
@@ -1542,6 +1749,24 @@ static void fused_launch(const att_params &p, int variant, float *scratch, size_
   const bool gacc = variant == 8 || variant >= 10 || (variant != 9 && occ_s < occ_g) || occ_s == 0;
   const int64_t slabs = (int64_t)p.B * p.R * p.H;
   att_params q = p;
+  if constexpr (DP % 32 == 0) {
+    /* two warpgroups on key-tile pairs: forced (12, 13), or by default from
+     * ATT_FUSED2_MIN_QB query tiles on (README step 10) */
+    if (variant == 7 && p.nqb >= ATT_FUSED2_MIN_QB) variant = 12;
+    if (variant == 12 || variant == 13) {
+      int64_t slots2 = 0;
+      const int occ2 = variant == 12 ? fused2_occupancy<DP, 1>(&slots2) : fused2_occupancy<DP, 2>(&slots2);
+      if (occ2 > 0) {
+        const int64_t grid = slabs < slots2 ? slabs : slots2;
+        MF_ASSERT(scratch && (size_t)grid * p.nqb * 64 * DP * sizeof(float) <= scratch_bytes,
+                  "attention: fused pass scratch of %zu bytes is short", scratch_bytes);
+        q.dqacc = scratch;
+        if (variant == 12) launch(fused2_kernel<DP, 1>, grid, 2 * ATT_THREADS, fused2_smem(DP), stream, q);
+        else launch(fused2_kernel<DP, 2>, grid, 2 * ATT_THREADS, fused2_smem(DP), stream, q);
+        return;
+      }
+    }
+  }
   if (gacc) {
     const int64_t grid = slabs < gslots ? slabs : gslots;
     MF_ASSERT(scratch && (size_t)grid * p.nqb * 64 * DP * sizeof(float) <= scratch_bytes,
@@ -1618,7 +1843,7 @@ extern "C" int mf_attention_cuda_set_fwd_order(int order) {
 }
 
 extern "C" int mf_attention_cuda_set_variant(int variant) {
-  MF_ASSERT(variant >= 0 && variant <= 11, "attention variant %d", variant);
+  MF_ASSERT(variant >= 0 && variant <= 13, "attention variant %d", variant);
   const int old = g_variant;
   g_variant = variant;
   return old;
