@@ -174,32 +174,58 @@ static void run_gpu_strided(gpu_outs *o, const mf_attn_dims *d, int mode, const 
   mf_bf16_t *P = up_bits(hp, rows * ldp), *G = up_bits(hg0, rows * ldp);
   mf_bf16_t *O = (mf_bf16_t *)dev_poisoned((size_t)rows * ldo * 2);
   o->lse = (float *)dev_poisoned(nl * 4);
+  /* bias and dbias with a padded row stride (views.bias_row: K rounded up to 8, plus 8 so
+   * that K % 8 == 0 is padded too); the bias padding holds NaN, which no logit may use,
+   * and the dbias padding must stay unwritten */
+  const int64_t bl = ((int64_t)d->K + 7) / 8 * 8 + 8, nbp = (int64_t)d->B * d->H * d->Q * bl;
+  mf_bf16_t *bpad = NULL, *dbpad = NULL;
+  if (bias) {
+    bpad = (mf_bf16_t *)dev_poisoned((size_t)nbp * 2);
+    dbpad = (mf_bf16_t *)dev_poisoned((size_t)nbp * 2);
+    if (nb > 0)
+      MF_CHECK_CUDA(cudaMemcpy2D(bpad, (size_t)bl * 2, bias, (size_t)d->K * 2, (size_t)d->K * 2,
+                                 (size_t)d->B * d->H * d->Q, cudaMemcpyDeviceToDevice));
+  }
   o->dbias = bias ? (mf_bf16_t *)dev_poisoned(nb * 2) : NULL;
   mf_attn_views vw;
+  vw.bias_row = bl;
   const mf_attn_stride sp = wide_stride(mode, d->R, d->Q, ldp, d->D);
   vw.q = vw.k = vw.v = vw.gate = vw.dout = vw.dq = vw.dk = vw.dv = vw.dgate = sp;
   vw.out = wide_stride(mode, d->R, d->Q, ldo, d->D);
   const size_t ws = mf_attention_backward_strided_cuda_workspace(*d, gate != NULL);
   void *w = dev_poisoned(ws);
-  mf_attention_forward_strided_cuda(O, o->lse, P, P + HD, P + 2 * HD, bias, mask,
+  mf_attention_forward_strided_cuda(O, o->lse, P, P + HD, P + 2 * HD, bpad, mask,
                                     gate ? P + goff : NULL, *d, &vw, 0);
-  mf_attention_backward_strided_cuda(G, G + HD, G + 2 * HD, o->dbias, gate ? G + goff : NULL,
-                                     G + goff, O, o->lse, P, P + HD, P + 2 * HD, bias, mask,
+  mf_attention_backward_strided_cuda(G, G + HD, G + 2 * HD, dbpad, gate ? G + goff : NULL,
+                                     G + goff, O, o->lse, P, P + HD, P + 2 * HD, bpad, mask,
                                      gate ? P + goff : NULL, *d, &vw, w, ws, 0);
   MF_CHECK_CUDA(cudaDeviceSynchronize());
   MF_CHECK_CUDA(cudaFree(w));
+  int64_t bad = 0;
+  if (bias) { /* dbias back to the dense layout the checks use; its padding untouched */
+    if (nb > 0)
+      MF_CHECK_CUDA(cudaMemcpy2D(o->dbias, (size_t)d->K * 2, dbpad, (size_t)bl * 2,
+                                 (size_t)d->K * 2, (size_t)d->B * d->H * d->Q,
+                                 cudaMemcpyDeviceToDevice));
+    uint16_t *hd = (uint16_t *)malloc((size_t)(nbp + 1) * 2);
+    MF_CHECK_CUDA(cudaMemcpy(hd, dbpad, (size_t)nbp * 2, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < nbp; i++) bad += (i % bl) >= d->K && hd[i] != 0xffff;
+    free(hd);
+    MF_CHECK_CUDA(cudaFree(bpad));
+    MF_CHECK_CUDA(cudaFree(dbpad));
+  }
   uint16_t *hg = (uint16_t *)malloc((size_t)(rows * ldp + 1) * 2);
   uint16_t *ho = (uint16_t *)malloc((size_t)(rows * ldo + 1) * 2);
   MF_CHECK_CUDA(cudaMemcpy(hg, G, (size_t)rows * ldp * 2, cudaMemcpyDeviceToHost));
   MF_CHECK_CUDA(cudaMemcpy(ho, O, (size_t)rows * ldo * 2, cudaMemcpyDeviceToHost));
-  int64_t bad = 0;
   for (int64_t rr = 0; rr < rows; rr++) {
     for (int c = 3 * HD; c < goff; c++) bad += hg[rr * ldp + c] != 0xffff;
     if (!gate)
       for (int64_t c = goff; c < ldp; c++) bad += hg[rr * ldp + c] != hg0[rr * ldp + c];
     for (int64_t c = HD; c < ldo; c++) bad += ho[rr * ldo + c] != 0xffff;
   }
-  MF_TEST(bad == 0, "%s: %lld elements outside the output views written", tag, (long long)bad);
+  MF_TEST(bad == 0, "%s: %lld elements outside the output views (or in dbias's row padding) written",
+          tag, (long long)bad);
   uint16_t *y = (uint16_t *)malloc((size_t)(nq + 1) * 2);
   gather_wide(y, ho, ldo, 0, mode, d);
   o->out = up_bits(y, nq);
@@ -272,8 +298,10 @@ static void run_case_mode(const att_case *c, int variant, uint64_t seed, int mod
     MF_CHECK_CUDA(cudaMemcpy(dm_, mask, (size_t)nm, cudaMemcpyHostToDevice));
   }
   char tag[160];
-  static const char *vname[12] = {"mma",   "portable",   "v2",         "v3",        "v4",        "v5",
-                                  "3-pass", "fused", "fused-gmem", "fused-smem", "fused-g-s0", "fused-g-s2"};
+  static const char *vname[14] = {"mma",        "portable",   "v2",         "v3",
+                                  "v4",         "v5",         "3-pass",     "fused",
+                                  "fused-gmem", "fused-smem", "fused-g-s0", "fused-g-s2",
+                                  "fused2",     "fused2-m2"};
   static const char *mname[3] = {"", " strided-starting", " strided-ending"};
   snprintf(tag, sizeof tag, "%s B=%d R=%d H=%d N=%d D=%d%s%s%s%s", vname[variant], B,
            R, H, N, D, c->bias ? " bias" : "", c->mask ? " mask" : "", c->gate ? " gate" : "",
@@ -470,8 +498,9 @@ int main(void) {
   }
   /* strided views (starting- and ending-style rows) on the default path (fused pass for
    * R > 1, dq pass with dbias for R = 1, split dbias pass), the three-pass and portable
-   * paths (dkdv, dq, dbias kernels) and the forced accumulator modes; odd N, padded head
-   * dims, with and without gate, bias, mask */
+   * paths (dkdv, dq, dbias kernels), the forced accumulator modes and the two-warpgroup
+   * fused kernel; odd N, padded head dims, with and without gate, bias, mask; bias and
+   * dbias with a padded row stride (NaN in the bias padding) */
   {
     const struct {
       att_case c;
@@ -483,6 +512,7 @@ int main(void) {
         {{2, 3, 2, 65, 32, 1, 1, 1, 0}, 1},  {{1, 1, 2, 70, 24, 1, 1, 0, 0}, 1},
         {{1, 3, 2, 129, 64, 1, 1, 1, 0}, 8}, {{1, 3, 2, 129, 32, 1, 1, 1, 0}, 9},
         {{1, 33, 4, 33, 32, 1, 1, 1, 0}, 0}, /* R = N: a small triangle-attention shape */
+        {{1, 4, 2, 131, 32, 1, 1, 1, 0}, 12}, {{1, 3, 2, 129, 64, 1, 1, 0, 0}, 13},
     };
     for (int mode = 1; mode <= 2; mode++)
       for (int i = 0; i < (int)(sizeof sc / sizeof sc[0]); i++)

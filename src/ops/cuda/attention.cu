@@ -403,6 +403,7 @@ typedef struct {
                      * workspace's scratch, whichever is larger) */
   float *dqacc;     /* fused pass, global mode: (grid, nqb·64, DP) fp32 dQ accumulators */
   int order;        /* fwd_kernel's CTA order (1×1 layout only): see fwd_cta */
+  int64_t bl;       /* row stride (elements, >= K) of bias and dbias (B,H,Q,·): views.bias_row or K */
   /* element strides of the views (mf_attn_views); sdO: dO's (packed when it is the
    * workspace's gated copy, else dout's) */
   mf_attn_stride sq, sk, sv, sg, so, sdO, sdq, sdk, sdv;
@@ -529,11 +530,11 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
   const int stq = (int)p.sq.row, stk = (int)p.sk.row, stv = (int)p.sv.row;
   const bf16 *qg = p.q + vofs(p.sq, b, r, h) + (int64_t)q0 * stq;
   const bf16 *kg = p.k + vofs(p.sk, b, r, h), *vg = p.v + vofs(p.sv, b, r, h);
-  const bf16 *bg = p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0) * K : NULL;
+  const bf16 *bg = p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0) * p.bl : NULL;
   const uint8_t *mg = p.mask ? p.mask + ((int64_t)b * p.R + r) * K : NULL;
   const int warp = threadIdx.x / MF_WARP_SIZE % ATT_WARPS, lane = threadIdx.x % MF_WARP_SIZE;
   const row_plan<DP> rp(D);
-  const bias_plan bp(K);
+  const bias_plan bp(p.bl);
   const int gq = lane >> 2, t = lane & 3;
 
   const int nkb = p.nkb;
@@ -821,12 +822,12 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
   const bf16 *qg = p.q + vofs(p.sq, b, r, h), *dog = p.dO + vofs(p.sdO, b, r, h);
   const bf16 *kg = p.k + vofs(p.sk, b, r, h) + (int64_t)k0 * stk;
   const bf16 *vg = p.v + vofs(p.sv, b, r, h) + (int64_t)k0 * stv;
-  const bf16 *bg = p.bias ? p.bias + ((int64_t)b * p.H + h) * Q * K + k0 : NULL;
+  const bf16 *bg = p.bias ? p.bias + ((int64_t)b * p.H + h) * Q * p.bl + k0 : NULL;
   const uint8_t *mg = p.mask ? p.mask + ((int64_t)b * p.R + r) * K : NULL;
   const float *ldg = slab_ld(p, brh);
   const int warp = threadIdx.x / MF_WARP_SIZE % ATT_WARPS, lane = threadIdx.x % MF_WARP_SIZE;
   const row_plan<DP> rp(D);
-  const bias_plan bp(K);
+  const bias_plan bp(p.bl);
   const int gq = lane >> 2, t = lane & 3;
   const int nqb = p.nqb;
 
@@ -837,7 +838,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
       rp.template load<MMA>(dOs + sn * TILE, dog + (int64_t)q1 * sto, Q - q1, sto);
       load_lse_di<MMA>(Ls, Ds, sn, ldg, q1, nqb * ATT_BQ, threadIdx.x % ATT_THREADS);
     }
-    if (ldb) bp.template load<MMA>(Bs + sn * BT, bg ? bg + (int64_t)q1 * K : NULL, Q - q1, K - k0);
+    if (ldb) bp.template load<MMA>(Bs + sn * BT, bg ? bg + (int64_t)q1 * p.bl : NULL, Q - q1, K - k0);
   };
 
   rp.template load<MMA>(Ks, kg, K - k0, stk);
@@ -945,11 +946,11 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_bwd(MMA, DP, GR * 
   const bf16 *qg = p.q + vofs(p.sq, b, r, h) + (int64_t)q0 * stq;
   const bf16 *dog = p.dO + vofs(p.sdO, b, r, h) + (int64_t)q0 * sto;
   const bf16 *kg = p.k + vofs(p.sk, b, r, h), *vg = p.v + vofs(p.sv, b, r, h);
-  const bf16 *bg = p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0) * K : NULL;
+  const bf16 *bg = p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0) * p.bl : NULL;
   const uint8_t *mg = p.mask ? p.mask + ((int64_t)b * p.R + r) * K : NULL;
   const int warp = threadIdx.x / MF_WARP_SIZE % ATT_WARPS, lane = threadIdx.x % MF_WARP_SIZE;
   const row_plan<DP> rp(D);
-  const bias_plan bp(K);
+  const bias_plan bp(p.bl);
   const int gq = lane >> 2, t = lane & 3;
   const int nkb = p.nkb;
   const int row0 = q0 + warp * 16 + gq, row1 = row0 + 8;
@@ -997,14 +998,14 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_bwd(MMA, DP, GR * 
     s_dp_products<DP, MMA>(s, dp, qf, ks, dof, vs); /* S = Q·Kᵀ, dP = dO·Vᵀ */
     make_ds<MMA>(s, dp, bs, ms, lse0, lse1, di0, di1, p.scale, warp);
     if (DBIAS && act) { /* R = 1: dbias = dS, each element written once */
-      bf16 *db = p.dbias + ((int64_t)b * p.H + h) * Q * K;
+      bf16 *db = p.dbias + ((int64_t)b * p.H + h) * Q * p.bl;
       const int kbase = it * ATT_BK;
 #pragma unroll
       for (int nb = 0; nb < 8; nb++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int row = (e >> 1) ? row1 : row0, col = kbase + nb * 8 + 2 * t + (e & 1);
-          if (row < Q && col < K) db[(int64_t)row * K + col] = mf_f32_to_bf16(dp[nb][e]);
+          if (row < Q && col < K) db[(int64_t)row * p.bl + col] = mf_f32_to_bf16(dp[nb][e]);
         }
     }
     mm_pm<DP, MMA>(dq, dp, ks); /* dQ += dS·K */
@@ -1045,10 +1046,10 @@ __global__ void __launch_bounds__(ATT_THREADS * GQ * GK, minb_bwd(MMA, DP, GQ * 
   const int b = (int)(idx / p.H);
   const bool ldq = jk == 0, ldkv = jq == 0; /* who loads the shared tiles */
   const int Q = p.Q, K = p.K, D = p.D, q0 = qb * ATT_BQ, k0 = kb * ATT_BK, R = p.R;
-  const bf16 *bg = p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0) * K + k0 : NULL;
+  const bf16 *bg = p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0) * p.bl + k0 : NULL;
   const int warp = threadIdx.x / MF_WARP_SIZE % ATT_WARPS, lane = threadIdx.x % MF_WARP_SIZE;
   const row_plan<DP> rp(D);
-  const bias_plan bp(K);
+  const bias_plan bp(p.bl);
   const int gq = lane >> 2, t = lane & 3;
 
   const int stq = (int)p.sq.row, sto = (int)p.sdO.row, stk = (int)p.sk.row, stv = (int)p.sv.row;
@@ -1105,7 +1106,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GQ * GK, minb_bwd(MMA, DP, GQ * 
     __syncthreads();
   }
   const int64_t bh = (int64_t)b * p.H + h;
-  bf16 *db = p.dbias + bh * Q * K;
+  bf16 *db = p.dbias + bh * Q * p.bl;
   float *dbp = p.rs > 1 ? p.dbp + ((int64_t)sp * p.B * p.H + bh) * Q * K : NULL;
 #pragma unroll
   for (int nb = 0; nb < 8; nb++)
@@ -1114,19 +1115,22 @@ __global__ void __launch_bounds__(ATT_THREADS * GQ * GK, minb_bwd(MMA, DP, GQ * 
       const int row = q0 + warp * 16 + gq + (e >> 1) * 8, col = k0 + nb * 8 + 2 * t + (e & 1);
       if (row < Q && col < K) {
         if (dbp) dbp[(int64_t)row * K + col] = acc[nb][e];
-        else db[(int64_t)row * K + col] = mf_f32_to_bf16(acc[nb][e]);
+        else db[(int64_t)row * p.bl + col] = mf_f32_to_bf16(acc[nb][e]);
       }
     }
 }
 
-/* dbias (n = B·H·Q·K) = Σ_s part[s] over the rs row ranges of a split dbias pass, s in
- * order: one thread per element, so the sum is the same every run. */
-__global__ void dbias_reduce_kernel(bf16 *dbias, const float *part, int rs, int64_t n) {
+/* dbias (B·H·Q rows of K, row stride bl) = Σ_s part[s] over the rs row ranges of a split
+ * dbias pass (part: rs × n dense, n = B·H·Q·K), s in order: one thread per element, so
+ * the sum is the same every run. */
+__global__ void dbias_reduce_kernel(bf16 *dbias, const float *part, int rs, int64_t n, int K,
+                                    int64_t bl) {
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float acc = part[i];
   for (int sp = 1; sp < rs; sp++) acc += part[sp * n + i];
-  dbias[i] = mf_f32_to_bf16(acc);
+  const int64_t row = i / K;
+  dbias[row * bl + (i - row * K)] = mf_f32_to_bf16(acc);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -1174,7 +1178,7 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
   const int warp = threadIdx.x / MF_WARP_SIZE, lane = threadIdx.x % MF_WARP_SIZE;
   const int gq = lane >> 2, t = lane & 3;
   const row_plan<DP> rp(D);
-  const bias_plan bp(K);
+  const bias_plan bp(p.bl);
   const int64_t nslab = (int64_t)p.B * p.R * p.H;
   float4 *gacc = GACC ? reinterpret_cast<float4 *>(p.dqacc) + (int64_t)blockIdx.x * nqb * ATT_WARPS * ND * 32 : NULL;
   /* this thread's float4 slots: Acc / gacc + slot(tile or stage) */
@@ -1192,13 +1196,13 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
       const int k0 = kb * ATT_BK;
       const bf16 *kg = p.k + vofs(p.sk, b, r, h) + (int64_t)k0 * stk;
       const bf16 *vg = p.v + vofs(p.sv, b, r, h) + (int64_t)k0 * stv;
-      const bf16 *bg = p.bias ? p.bias + ((int64_t)b * p.H + h) * Q * K + k0 : NULL;
+      const bf16 *bg = p.bias ? p.bias + ((int64_t)b * p.H + h) * Q * p.bl + k0 : NULL;
       auto prefetch = [&](int it, int sn) {
         const int q1 = it * ATT_BQ;
         rp.template load<MMA>(Qs + sn * TILE, qg + (int64_t)q1 * stq, Q - q1, stq);
         rp.template load<MMA>(dOs + sn * TILE, dog + (int64_t)q1 * sto, Q - q1, sto);
         load_lse_di<MMA>(Ls, Ds, sn, ldg, q1, nqb * ATT_BQ, threadIdx.x);
-        bp.template load<MMA>(Bs + sn * BT, bg ? bg + (int64_t)q1 * K : NULL, Q - q1, K - k0);
+        bp.template load<MMA>(Bs + sn * BT, bg ? bg + (int64_t)q1 * p.bl : NULL, Q - q1, K - k0);
         if (GACC && kb > 0)
 #pragma unroll
           for (int nd = 0; nd < ND; nd++) cp_async16<MMA>(Acc + slot(sn, nd), gacc + slot(it, nd), true);
@@ -1347,7 +1351,7 @@ __global__ void __launch_bounds__(2 * ATT_THREADS, MINB) fused2_kernel(att_param
   const int w8 = threadIdx.x / MF_WARP_SIZE, warp = w8 % ATT_WARPS, lane = threadIdx.x % MF_WARP_SIZE;
   const int gq = lane >> 2, t = lane & 3, hd = w8 / ATT_WARPS; /* hd: this warp's dQ half */
   const row_plan<DP> rp(D);
-  const bias_plan bp(K);
+  const bias_plan bp(p.bl);
   const int64_t nslab = (int64_t)p.B * p.R * p.H;
   const int nkp = (nkb + 1) / 2;
   float4 *gacc = reinterpret_cast<float4 *>(p.dqacc) + (int64_t)blockIdx.x * nqb * W8 * NH * 32;
@@ -1365,7 +1369,7 @@ __global__ void __launch_bounds__(2 * ATT_THREADS, MINB) fused2_kernel(att_param
       const int k0 = (2 * kp + wg) * ATT_BK; /* this warpgroup's key tile (≥ K: all masked) */
       const bf16 *kg = p.k + vofs(p.sk, b, r, h) + (int64_t)min(k0, K) * stk;
       const bf16 *vg = p.v + vofs(p.sv, b, r, h) + (int64_t)min(k0, K) * stv;
-      const bf16 *bg = p.bias ? p.bias + ((int64_t)b * p.H + h) * Q * K + min(k0, K) : NULL;
+      const bf16 *bg = p.bias ? p.bias + ((int64_t)b * p.H + h) * Q * p.bl + min(k0, K) : NULL;
       auto prefetch = [&](int it, int sn) {
         const int q1 = it * ATT_BQ;
         if (wg == 0) {
@@ -1374,7 +1378,7 @@ __global__ void __launch_bounds__(2 * ATT_THREADS, MINB) fused2_kernel(att_param
         } else {
           rp.template load<MMA>(dOs + sn * TILE, dog + (int64_t)q1 * sto, Q - q1, sto);
         }
-        bp.template load<MMA>(Bs + (sn * 2 + wg) * BT, bg ? bg + (int64_t)q1 * K : NULL, Q - q1, K - k0);
+        bp.template load<MMA>(Bs + (sn * 2 + wg) * BT, bg ? bg + (int64_t)q1 * p.bl : NULL, Q - q1, K - k0);
         if (kp > 0)
 #pragma unroll
           for (int nh = 0; nh < NH; nh++) cp_async16<MMA>(Acc + slot(sn, nh), gacc + slot(it, nh), true);
@@ -1507,6 +1511,7 @@ static att_params make_params(mf_attn_dims d) {
   p.nkb = (int)mf_cdiv(d.K, ATT_BK);
   p.scale = (float)d.scale;
   p.rs = 1;
+  p.bl = d.K;
   return p;
 }
 
@@ -1653,7 +1658,7 @@ struct dbias_launch {
     }
     launch(kern, T * q.rs, ATT_THREADS * G, smem, stream, q);
     if (q.rs > 1) {
-      dbias_reduce_kernel<<<mf_cdiv(bhqk, 256), 256, 0, stream>>>(p.dbias, scratch, q.rs, bhqk);
+      dbias_reduce_kernel<<<mf_cdiv(bhqk, 256), 256, 0, stream>>>(p.dbias, scratch, q.rs, bhqk, p.K, p.bl);
       MF_CHECK_LAUNCH();
     }
   }
@@ -1859,7 +1864,7 @@ static mf_attn_stride packed_stride(const mf_attn_dims &d, int rows) {
 
 extern "C" mf_attn_views mf_attn_packed_views(mf_attn_dims d) {
   const mf_attn_stride sq = packed_stride(d, d.Q), sk = packed_stride(d, d.K);
-  return mf_attn_views{sq, sk, sk, sq, sq, sq, sq, sk, sk, sq};
+  return mf_attn_views{sq, sk, sk, sq, sq, sq, sq, sk, sk, sq, 0};
 }
 
 static bool same_stride(const mf_attn_stride &a, const mf_attn_stride &b) {
@@ -1879,6 +1884,13 @@ static void check_stride(const char *name, const mf_attn_stride &s, const mf_att
 static void set_strides(att_params &p, const mf_attn_views &v) {
   p.sq = v.q; p.sk = v.k; p.sv = v.v; p.sg = v.gate; p.so = v.out;
   p.sdq = v.dq; p.sdk = v.dk; p.sdv = v.dv;
+  p.bl = v.bias_row ? v.bias_row : p.K;
+}
+/* views.bias_row: 0 (dense) or at least K */
+static void check_bias_row(const mf_attn_views &v, const mf_attn_dims &d) {
+  MF_ASSERT(v.bias_row == 0 || (v.bias_row >= d.K && v.bias_row * 64 < 2147483647LL),
+            "attention: bias row stride %lld for K = %d (0 = dense, else >= K)",
+            (long long)v.bias_row, d.K);
 }
 
 /* x (B, R, H, n, D) view ← 0. */
@@ -1914,6 +1926,7 @@ extern "C" void mf_attention_forward_strided_cuda(bf16 *out, float *lse, const b
   check_stride("v", views->v, d);
   check_stride("out", views->out, d);
   if (gate) check_stride("gate", views->gate, d);
+  check_bias_row(*views, d);
   att_params p = make_params(d);
   set_strides(p, *views);
   p.out = out; p.lse = lse; p.q = q; p.k = k; p.v = v; p.bias = bias; p.mask = mask; p.gate = gate;
@@ -2002,8 +2015,9 @@ extern "C" void mf_attention_backward_strided_cuda(
   MF_ASSERT(!dgate || (void *)dgate != (void *)dout || same_stride(vw.dgate, vw.dout),
             "attention backward: dgate may alias dout only as the same view");
   const int64_t rows = (int64_t)d.B * d.R * d.H * d.Q;
-  if (dbias && (rows == 0 || d.K == 0))
-    MF_CHECK_CUDA(cudaMemsetAsync(dbias, 0, (size_t)d.B * d.H * d.Q * d.K * sizeof(bf16), stream));
+  check_bias_row(vw, d);
+  if (dbias && (rows == 0 || d.K == 0)) /* the padding columns of a strided dbias too */
+    MF_CHECK_CUDA(cudaMemsetAsync(dbias, 0, (size_t)d.B * d.H * d.Q * (vw.bias_row ? vw.bias_row : d.K) * sizeof(bf16), stream));
   if (rows == 0) {
     zero_view(dk, vw.dk, d, d.K, stream);
     zero_view(dv, vw.dv, d, d.K, stream);

@@ -37,8 +37,8 @@
  * mf_attn_packed_views()): q, k, v, gate, out, dout, dq, dk, dv, dgate may each be a view
  * with its own element strides (b, r, h, row): element (b, r, h, i, d) at
  * base + b·s.b + r·s.r + h·s.h + i·s.row + d — D contiguous, every stride a multiple of 8
- * (16-byte rows with 16-byte aligned bases), s.row >= D, 64·s.row < 2³¹. bias, dbias, mask
- * and lse stay packed. So q, k, v, gate can be column blocks of one projection matrix
+ * (16-byte rows with 16-byte aligned bases), s.row >= D, 64·s.row < 2³¹. mask and lse stay
+ * packed; bias and dbias are packed or have a padded row stride (views.bias_row). So q, k, v, gate can be column blocks of one projection matrix
  * whose rows are in any order of (r, i) (triangle attention: rows (i, j) for the starting
  * node, (j, i) for the ending node — the strides swap), and out, dq, dk, dv, dgate can be
  * written straight into such matrices: nothing outside the views is written. Output views
@@ -69,9 +69,16 @@ typedef struct {
   int64_t b, r, h, row;
 } mf_attn_stride;
 
-/* The views of one attention call (those of absent tensors are ignored). */
+/* The views of one attention call (those of absent tensors are ignored). bias_row: the
+ * row stride (elements) of bias and dbias, (B,H,Q,·) with planes of Q·bias_row; 0 = K
+ * (dense), else >= K. With K % 8 != 0 a dense bias has rows off the 16-byte grid and is
+ * copied an element at a time (twice the attention's time at N = 2050 against 2048);
+ * a bias_row rounded up to a multiple of 8 keeps the 16-byte copies. Padding columns are
+ * never read, nor written (except zeroed with the rest of dbias when there are no rows
+ * or no keys). */
 typedef struct {
   mf_attn_stride q, k, v, gate, out, dout, dq, dk, dv, dgate;
+  int64_t bias_row;
 } mf_attn_views;
 
 /* The packed layouts of the header comment: (B,R,H,Q,D) / (B,R,H,K,D). */

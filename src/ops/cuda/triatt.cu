@@ -1,7 +1,7 @@
 /* triatt.cu — triangle attention (starting / ending node) on the GPU, forward and backward:
  * LN staging + one projection GEMM per chunk writing P (N², ldp) in z order; EvoFlash-3D
  * directly on strided views of P (q, k, v, gate), o written in z order for the W_o GEMM;
- * only the bias (and its gradient) is moved, between P's bias columns and (H, N, N). The
+ * only the bias (and its gradient) is moved, between P's bias columns and (H, N, NB). The
  * backward writes dq, dk, dv, dg straight into the gradient matrix dP. (The re-layout path
  * this replaced — per-chunk scatter/gather kernels between pair rows and the attention
  * layout — was removed; it lives in git history at commit 21eb25c.)
@@ -10,7 +10,7 @@
  * Layouts. Pair rows m = a·N + b of z (N, N, C) are processed in z order, chunk by chunk.
  * The attention problem is the starting node on z (row i = a, query/key j = b) or on zᵀ
  * (ending node: i = b, j = a); the attention tensors q, k, v, g, o are (N, H, N, D) views
- * indexed (i, h, j, d) (ta_views), bias (H, N, N) indexed (h, i, j), the key mask (N, N)
+ * indexed (i, h, j, d) (ta_views), bias (H, N, NB) indexed (h, i, j), the key mask (N, N)
  * indexed (i, j) = pm (starting) or pmᵀ (ending, a transposed copy in the workspace: N²
  * bytes). Only the row permutation differs between the two nodes, so no transposed copy of
  * z, out, dout or dz is ever made. LN statistics are indexed by m. */
@@ -30,21 +30,27 @@
  * everywhere, and cuBLAS's aligned Hopper kernels; see ta_wpad). */
 static __host__ __device__ int ta_bp(int H) { return (H + 7) / 8 * 8; }
 static __host__ __device__ int ta_ldp(int H, int D) { return 4 * H * D + ta_bp(H); }
+/* The row stride of bias and dbias (H, N, ·): N rounded up to 8, so that EvoFlash-3D copies
+ * bias rows 16 bytes at a time for any N (a dense (H, N, N) with N % 8 != 0 put its rows
+ * off the 16-byte grid and took element-wise copies: the attention 2–2.3× slower at
+ * N = 2050 than at 2048, H200). */
+static __host__ __device__ int64_t ta_nb(int N) { return ((int64_t)N + 7) / 8 * 8; }
 
 
 /* Between the bias columns [3HD, 3HD + BP) of P (M, ldp), all pair rows in z order, and
- * bias (H, N, N) at (h, i, j). TO_P = false gathers the bias for the attention; true
- * writes dbias into those columns of the gradient matrix with zeros in the padding ones.
- * One thread per (i, j), in bias order (coalesced on the (H, N, N) side), moving the
- * row's BP columns as 16-byte vectors. */
+ * bias (H, N, NB) at (h, i, j) (row stride NB = ta_nb(N)). TO_P = false gathers the bias
+ * for the attention (and zeroes its padding columns N..NB-1, never read for a logit but
+ * copied with their row's last 16 bytes); true writes dbias into those columns of the
+ * gradient matrix with zeros in the padding ones. One thread per (i, j), in bias order
+ * (coalesced on the (H, N, NB) side), moving the row's BP columns as 16-byte vectors. */
 template <bool TO_P>
 static __global__ void ta_bias_kernel(bf16 *__restrict__ P, int ldp, bf16 *__restrict__ bias,
                                       int N, int H, int D, int starting) {
-  const int64_t M = (int64_t)N * N;
+  const int64_t M = (int64_t)N * N, NB = ta_nb(N), MB = (int64_t)N * NB;
   const int BP = ta_bp(H), HD = H * D;
   for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < M;
        t += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t i = t / N, j = t - i * N, m = starting ? t : j * N + i;
+    const int64_t i = t / N, j = t - i * N, m = starting ? t : j * N + i, e = i * NB + j;
     bf16 *prow = P + m * ldp + 3 * HD;
     for (int c = 0; c < BP; c += 8) {
       __align__(16) bf16 v[8];
@@ -52,11 +58,14 @@ static __global__ void ta_bias_kernel(bf16 *__restrict__ P, int ldp, bf16 *__res
 #pragma unroll
       for (int u = 0; u < 8; u++) {
         const int h = c + u;
-        if (TO_P) v[u] = h < H ? bias[h * M + t] : mf_f32_to_bf16(0.0f);
-        else if (h < H) bias[h * M + t] = v[u];
+        if (TO_P) v[u] = h < H ? bias[h * MB + e] : mf_f32_to_bf16(0.0f);
+        else if (h < H) bias[h * MB + e] = v[u];
       }
       if (TO_P) *(uint4 *)(prow + c) = *(const uint4 *)v;
     }
+    if (!TO_P && j == N - 1) /* the row's padding columns */
+      for (int h = 0; h < H; h++)
+        for (int64_t jj = N; jj < NB; jj++) bias[h * MB + i * NB + jj] = mf_f32_to_bf16(0.0f);
   }
 }
 
@@ -237,7 +246,8 @@ static __global__ void ta_dw_unpad_kernel(float *__restrict__ dw, const float *_
  * order (each chunk's GEMM writes its rows in place) and EvoFlash-3D reads q, k, v and
  * the gate as strided views of its column blocks (ta_views); the gated output goes
  * straight to the saved o (M, HD) in z order, which the W_o GEMMs read. Only the bias
- * moves to (H, N, N) (ta_bias_kernel), and dbias back into its columns. In the backward
+ * moves to (H, N, NB) (ta_bias_kernel; NB = N rounded up to 8), and dbias back into its
+ * columns. In the backward
  * the gradient matrix dP (M, ldp) takes dq, dk, dv, dg as strided views; its g columns
  * first hold dO = dΔz·W_o (the attention's dout), which the attention backward's prologue
  * reads and overwrites with dg in place (attention_cuda.h allows dgate = dout). */
@@ -248,9 +258,9 @@ typedef struct {
   bf16 *wpad;        /* (ldp, C) w_qkvbg in P's column order */
   float *dwpad;      /* (ldp, C) its gradient (backward) */
   bf16 *P;           /* (M, ldp) [q | k | v | bias | 0 | g], pair rows in z order */
-  bf16 *bias;        /* (H, N, N) */
+  bf16 *bias;        /* (H, N, NB): row stride NB = ta_nb(N) */
   bf16 *dP;          /* (M, ldp) gradients; its g columns hold dO until the attention backward */
-  bf16 *dbias;       /* (H, N, N) */
+  bf16 *dbias;       /* (H, N, NB) */
   void *att_ws;      /* the strided attention backward's workspace */
   size_t att_ws_bytes;
   int64_t R;         /* rows per chunk */
@@ -279,7 +289,8 @@ static size_t stage_carve(ta_stage *st, void *base, int64_t R, int C) {
 static size_t ws_carve(ta_ws *w, void *base, int N, int C, int H, int D) {
   const int64_t M = (int64_t)N * N;
   const int64_t R_auto = mf_fusion_chunk_rows(M, (size_t)C * (2 + 2 + 4));
-  const size_t pb = (size_t)M * ta_ldp(H, D) * sizeof(bf16), bia = (size_t)M * H * sizeof(bf16);
+  const size_t pb = (size_t)M * ta_ldp(H, D) * sizeof(bf16);
+  const size_t bia = (size_t)N * ta_nb(N) * H * sizeof(bf16); /* (H, N, NB) */
   mf_carver cv = {(char *)base, 0};
   w->pmt = (uint8_t *)mf_carve(&cv, (size_t)M);
   w->mask = (float *)mf_carve(&cv, (size_t)N * C * sizeof(float));
@@ -335,7 +346,7 @@ static mf_attn_views ta_views(int N, int H, int D, int starting) {
                                      : mf_attn_stride{0, ldp, D, N * ldp};
   const mf_attn_stride so = starting ? mf_attn_stride{0, N * HD, D, HD}
                                      : mf_attn_stride{0, HD, D, N * HD};
-  return mf_attn_views{sp, sp, sp, sp, so, sp, sp, sp, sp, sp};
+  return mf_attn_views{sp, sp, sp, sp, so, sp, sp, sp, sp, sp, ta_nb(N)};
 }
 
 static void launch_bias(bf16 *P, bf16 *bias, int N, int H, int D, int starting, bool to_p,
@@ -376,7 +387,7 @@ static void ta_forward(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
   const bf16 *wq = ta_wpad(b.wpad, w, C, H, D, stream);
   const uint8_t *kmask = ta_key_mask(b.pmt, pm, N, starting, stream);
 
-  /* x̂ = LN(z); P = x̂·w_qkvbgᵀ in z order; the bias columns → (H, N, N) */
+  /* x̂ = LN(z); P = x̂·w_qkvbgᵀ in z order; the bias columns → (H, N, NB) */
   for (int64_t r0 = 0; r0 < M; r0 += R)
     ta_project(&b, st, &s, z, w, wq, C, H, D, r0, M - r0 < R ? M - r0 : R, 0, blas, stream);
   launch_bias(b.P, b.bias, N, H, D, starting, false, stream);

@@ -5,7 +5,8 @@
  *   x̂ = LN(z) (staging) → ONE GEMM against w_qkvbg (4·HD + H, C) whose rows are
  *   [W_q; W_k; W_v; W_b; W_g] (the CPU bind order; padded in a copy to ldp = 4·HD + BP
  *   rows, BP = H rounded up to 8) → P (N², ldp) = [q | k | v | bias | 0 | g] for every pair
- *   row, in z order → the bias columns gathered to (H, N, N) → EvoFlash-3D on strided
+ *   row, in z order → the bias columns gathered to (H, N, NB), NB = N rounded up to 8 (the
+ *   attention's 16-byte bias copies) → EvoFlash-3D on strided
  *   views of P (mf_attention_forward_strided_cuda, gate σ(g) fused) → o (N, N, HD) in z
  *   order → GEMM with W_o → out = Δz, or, with rd, out += mask ⊙ Δz (residual +
  *   row/column dropout fused, as trimul_cuda.h).
