@@ -34,6 +34,8 @@
  *   fused2_kernel  (the default instead of fused_kernel from 32 query tiles on, N ≥ 2048)
  *                  fused_kernel with CTAs of two warpgroups on pairs of key tiles that
  *                  share the Q/dO tiles and the dQ accumulator (half the slabs in flight).
+ * Bias and dbias rows are p.bl elements apart (mf_attn_views.bias_row; K when dense): the
+ * bias tiles are copied 16 bytes at a time only when p.bl % 8 == 0 (README step 11).
  * No kernel uses atomics; every output element is written by exactly one thread.
  * Fully masked rows (no valid key): out = 0, lse = -inf, zero gradients, no NaN.
  * Version history and timings: dev/cuda/README.md.
