@@ -3,16 +3,20 @@
  * (mf_apb_forward/backward of libmegafold_f64.a), on bf16-representable random inputs and
  * weights: out, ds, dz and every parameter gradient by relative error (‖gpu − ref‖/‖ref‖,
  * printed; tolerance 2e-2). Shapes: the AF3 trunk (Cs = 384, Cz = 128, H = 16, D = 24) at
- * N = 1, 7, 33, 100, 200 and a small one (Cs = 32, Cz = 16, H = 2, D = 16); token masks
+ * N = 1, 7, 33, 37, 100, 130, 200 and a small one (Cs = 32, Cz = 16, H = 2, D = 16) at
+ * N = 7, 33, 64, 100 — mostly N % 8 != 0, where the bias rows (H, N, NB) carry padding
+ * columns (NB = N rounded up to 8), and N = 64, 200 without; token masks
  * with masked tokens and all masked; out with and without the residual (accumulate),
  * ds assigned and added (accumulate_ds); dz always ADDS (pre-filled with a random tensor);
  * parameter gradients start from random values and their increments are compared; one
  * case skips ds and the parameter gradients (NULL). Every output is poisoned (NaN) first;
  * every case runs twice and must be bit-identical. Then prints (does not check) forward
- * and backward times at N = 384 and 768 with the AF3 shape, and the time of the unfused
+ * and backward times at N = 384, 766 and 768 with the AF3 shape (MF_APB_BENCH_N="766,768"
+ * picks the sizes, MF_TEST_NO_TIMING=1 skips the timings), and the time of the unfused
  * alternative's first half (mf_ln_linear_forward_cuda with O = H over N² rows) and of the
- * attention alone. Both pair-kernel variants (mf_apb_cuda_set_variant) are checked and timed.
- * Needs a GPU. */
+ * attention alone, with the module's bias layout (rows of NB) and with a dense (H, N, N)
+ * bias (rows of N: off the 16-byte grid when N % 8 != 0). Both pair-kernel variants
+ * (mf_apb_cuda_set_variant) are checked and timed. Needs a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -297,20 +301,25 @@ static void bench(int N) {
   const int64_t hnd = HD * n;
   mf_bf16_t *aq = dev_rand(hnd, 7, 1.0f, 0.0f), *ak = dev_rand(hnd, 8, 1.0f, 0.0f);
   mf_bf16_t *av = dev_rand(hnd, 9, 1.0f, 0.0f), *ag = dev_rand(hnd, 10, 1.0f, 0.0f);
-  mf_bf16_t *ab = dev_rand(H * M, 11, 1.0f, 0.0f), *ado = dev_rand(hnd, 12, 1.0f, 0.0f);
+  /* bias (H, N, NB) as the module lays it out (padding columns random: never read), and
+   * the dense (H, N, N) alternative over the same buffer */
+  const int64_t NB = (n + 7) / 8 * 8;
+  mf_bf16_t *ab = dev_rand(H * n * NB, 11, 1.0f, 0.0f), *ado = dev_rand(hnd, 12, 1.0f, 0.0f);
   mf_bf16_t *ao = (mf_bf16_t *)dev_alloc((size_t)hnd * 2), *adq = (mf_bf16_t *)dev_alloc((size_t)hnd * 2);
   mf_bf16_t *adk = (mf_bf16_t *)dev_alloc((size_t)hnd * 2), *adv = (mf_bf16_t *)dev_alloc((size_t)hnd * 2);
-  mf_bf16_t *adg = (mf_bf16_t *)dev_alloc((size_t)hnd * 2), *adb = (mf_bf16_t *)dev_alloc((size_t)H * M * 2);
+  mf_bf16_t *adg = (mf_bf16_t *)dev_alloc((size_t)hnd * 2), *adb = (mf_bf16_t *)dev_alloc((size_t)H * n * NB * 2);
   float *alse = (float *)dev_alloc((size_t)H * n * 4);
   const mf_attn_dims ad = {1, 1, H, N, N, D, 1.0 / sqrt((double)D)};
-  const size_t awb = mf_attention_backward_cuda_workspace(ad, 1);
+  const size_t awb = mf_attention_backward_strided_cuda_workspace(ad, 1);
   void *aws = dev_alloc(awb);
+  mf_attn_views avw[2] = {mf_attn_packed_views(ad), mf_attn_packed_views(ad)};
+  avw[0].bias_row = NB; /* avw[1]: dense */
   cudaEvent_t e0, e1;
   MF_CHECK_CUDA(cudaEventCreate(&e0));
   MF_CHECK_CUDA(cudaEventCreate(&e1));
-  float ms[7];
+  float ms[9];
   const int default_variant = mf_apb_cuda_set_variant(0);
-  for (int which = 0; which < 7; which++) {
+  for (int which = 0; which < 9; which++) {
     if (which == 5) mf_apb_cuda_set_variant(1);
     for (int rep = 0; rep < 7; rep++) {
       if (rep == 2) MF_CHECK_CUDA(cudaEventRecord(e0, 0));
@@ -319,11 +328,12 @@ static void bench(int N) {
       else if (which == 1 || which == 6)
         mf_apb_backward_cuda(ds, dz, &gg, dout, saved, s, z, NULL, &wd, N, Cs, Cz, H, D, 0, ws, wsb,
                              &g_blas, 0);
-      else if (which == 3)
-        mf_attention_forward_cuda(ao, alse, aq, ak, av, ab, NULL, ag, ad, 0);
-      else if (which == 4)
-        mf_attention_backward_cuda(adq, adk, adv, adb, adg, ado, ao, alse, aq, ak, av, ab, NULL, ag,
-                                   ad, aws, awb, 0);
+      else if (which == 3 || which == 7)
+        mf_attention_forward_strided_cuda(ao, alse, aq, ak, av, ab, NULL, ag, ad,
+                                          &avw[which == 7], 0);
+      else if (which == 4 || which == 8)
+        mf_attention_backward_strided_cuda(adq, adk, adv, adb, adg, ado, ao, alse, aq, ak, av, ab,
+                                           NULL, ag, ad, &avw[which == 8], aws, awb, 0);
       else
         mf_ln_linear_forward_cuda(lo, lmean, lrstd, z, wd.ln_z_g, wd.ln_z_b, wd.w_z, NULL, M, Cz, H,
                                   MF_LN_FULL, lws, lwb, &g_blas, 0);
@@ -335,10 +345,11 @@ static void bench(int N) {
   }
   mf_apb_cuda_set_variant(default_variant);
   printf("bench apb N=%d Cs=%d Cz=%d H=%d D=%d: variant 1 (pipelined pair kernels): forward %.3f ms, "
-         "backward %.3f ms; variant 0: forward %.3f ms, backward %.3f ms; the attention alone: "
-         "forward %.3f ms, backward %.3f ms; the unfused LN_z+GEMM with O=H alone, no transpose: "
-         "%.3f ms\n",
-         N, Cs, Cz, H, D, ms[5], ms[6], ms[0], ms[1], ms[3], ms[4], ms[2]);
+         "backward %.3f ms; variant 0: forward %.3f ms, backward %.3f ms; the attention alone, "
+         "bias rows of NB=%d (the module's): forward %.3f ms, backward %.3f ms; dense bias rows "
+         "of N: forward %.3f ms, backward %.3f ms; the unfused LN_z+GEMM with O=H alone, no "
+         "transpose: %.3f ms\n",
+         N, Cs, Cz, H, D, ms[5], ms[6], ms[0], ms[1], (int)NB, ms[3], ms[4], ms[7], ms[8], ms[2]);
   (void)HD;
   MF_CHECK_CUDA(cudaEventDestroy(e0));
   MF_CHECK_CUDA(cudaEventDestroy(e1));
@@ -365,9 +376,24 @@ int main(void) {
   test_apb(65, 64, 96, 6, 8, MASK_SOME, 0, 1, 0, sd += 40);
   /* Cz not a multiple of 8 (plain tile copies instead of cp.async) */
   test_apb(9, 32, 20, 3, 8, MASK_SOME, 1, 0, 0, sd += 40);
+  /* more N around the bias row padding (NB = N rounded up to 8): N % 8 = 5, 2 and 0 */
+  test_apb(37, 384, 128, 16, 24, MASK_NONE, 0, 1, 0, sd += 40);
+  test_apb(130, 384, 128, 16, 24, MASK_SOME, 1, 0, 0, sd += 40);
+  test_apb(64, 32, 16, 2, 16, MASK_SOME, 1, 0, 0, sd += 40);
 
-  bench(384);
-  bench(768);
+  if (getenv("MF_APB_BENCH_N")) { /* e.g. "766,768": the sizes to time */
+    for (const char *c = getenv("MF_APB_BENCH_N"); *c;) {
+      char *end;
+      const long N = strtol(c, &end, 10);
+      if (end == c) break;
+      if (N > 0) bench((int)N);
+      c = *end ? end + 1 : end;
+    }
+  } else if (!getenv("MF_TEST_NO_TIMING")) {
+    bench(384);
+    bench(766);
+    bench(768);
+  }
   mf_cuda_blas_destroy(&g_blas);
   return mf_test_end();
 }

@@ -3,19 +3,27 @@
  *
  * Single track (N rows, tiny): LN(s) (mf_ln_rows_cuda) → four cuBLAS GEMMs into one fp32
  * (N, 4·HD) buffer [q | k | v | g] → one re-layout kernel into heads (H, N, D) adding b_q
- * → EvoFlash-3D (B = R = 1, gate fused, key mask) → heads back to (N, HD) → GEMM with W_o
- * (beta = 1 for the residual).
+ * → EvoFlash-3D (B = R = 1, gate fused, key mask; its strided entry points, for the bias
+ * layout below) → heads back to (N, HD) → GEMM with W_o (beta = 1 for the residual).
  * Pair track (N² rows, the only large pass): one fused kernel per direction —
  *   forward  apb_bias_fwd_kernel: a warp normalises a row of z (Cz channels in registers),
  *            dots it with W_z (H, Cz) held in registers (γ folded in, β·W_z as a constant),
  *            reduce-scatters the H sums across the warp and the block writes the tile of
- *            rows transposed into bias (H, N²) through shared memory (coalesced);
+ *            rows transposed into bias (H, N, NB) through shared memory (coalesced);
  *   backward apb_bias_bwd_kernel: recomputes the row's LN, dx̂ = Σ_h dbias[h]·W_z[h] from
  *            a shared-memory tile of dbias, LN backward added into dz, and per-lane fp32
  *            partials of dW_z = Σ dbias·LN_z(z), dγ, dβ kept in registers; a block sums its
  *            warps in warp order, the blocks' partials are summed in block order by
  *            apb_part_reduce_kernel (no atomics; the row → block map depends only on N).
  * The pair pass reads z once in the forward and z, dz once in the backward (writes dz once).
+ * Bias layout: bias and dbias are (H, N, NB), pair (i, j) = m (i = m / N, j = m % N) of
+ * head h at h·N·NB + i·NB + j, NB = N rounded up to 8 (apb_nb; the attention's
+ * views.bias_row). EvoFlash-3D copies bias tiles 16 bytes at a time only when the row
+ * stride is a multiple of 8 elements; a dense (H, N, N) with N % 8 != 0 fell back to
+ * element-wise copies (triangle attention, the same kernels: 2–2.3× slower at N = 2050
+ * than at 2048, H200). The forward kernels zero the padding columns N .. NB − 1 (never read
+ * for a logit); the attention never writes those of dbias, and the backward kernels never
+ * read them.
  * Two variants of the pair kernels (mf_apb_cuda_set_variant): 1 (default) stages each
  * block's tile of 64 rows of z (and dz) in shared memory, double-buffered with cp.async, so
  * a whole tile of loads is in flight; 0 lets each warp load its own rows (portable).
@@ -36,6 +44,37 @@
 #define APB_BWD_MAX_BLOCKS 264   /* = the number of dW_z partials (fixed: determinism) */
 #define APB_MAX_CZ 128
 #define APB_MAX_H 16
+
+/* The row stride of bias and dbias (H, N, NB): N rounded up to 8, so that EvoFlash-3D copies
+ * their rows 16 bytes at a time for any N (see the file comment). */
+static __host__ __device__ int64_t apb_nb(int N) { return ((int64_t)N + 7) / 8 * 8; }
+
+/* Offset in bias / dbias (H, N, NB) of head h at the pair index m = m0 + r, where
+ * m0 = i0·N + j0 (a tile's first pair, split once per tile) and 0 <= r < APB_TR:
+ * (h, i, j) = (h, m / N, m % N) at (h·N + i)·NB + j, with a 32-bit division. */
+static __device__ __forceinline__ int64_t apb_bias_off(int h, int64_t i0, int j0, int r, int N) {
+  const int jr = j0 + r, q = jr / N;
+  return ((int64_t)h * N + i0 + q) * apb_nb(N) + (jr - q * N);
+}
+
+/* bias (H, N, NB) ← the tile's fp32 sums tile (HG, APB_TR + 1) of pairs m0 .. m0 + nr − 1,
+ * by the whole block (coalesced along the rows j of bias); the padding columns N .. NB − 1
+ * of a row are zeroed with its last pair (never read for a logit, but the attention copies
+ * them with the row's last 16 bytes). */
+static __device__ __forceinline__ void apb_store_bias_tile(bf16 *__restrict__ bias,
+                                                           const float *tile, int64_t m0, int nr,
+                                                           int N, int H) {
+  const int64_t i0 = m0 / N;
+  const int j0 = (int)(m0 - i0 * N);
+  for (int idx = threadIdx.x; idx < H * APB_TR; idx += blockDim.x) {
+    const int h = idx / APB_TR, r = idx - h * APB_TR;
+    if (r >= nr) continue;
+    const int64_t e = apb_bias_off(h, i0, j0, r, N);
+    bias[e] = mf_f32_to_bf16(tile[h * (APB_TR + 1) + r]);
+    if ((j0 + r) % N == N - 1) /* j = N − 1: the row's padding columns follow */
+      for (int64_t p = e + 1; p <= e + (apb_nb(N) - N); p++) bias[p] = mf_f32_to_bf16(0.0f);
+  }
+}
 
 /* ================================================================ pair kernels */
 
@@ -158,13 +197,14 @@ static __device__ __forceinline__ float apb_fwd_row(const bf16 *row, const float
   return a[0];
 }
 
-/* bias (H, M) = (LN_z(z (M, Cz))·W_zᵀ)ᵀ, M = N²: see the file comment. HG >= H heads in
- * registers (heads past H have zero weights and are not written). */
+/* bias (H, N, NB) = (LN_z(z (M, Cz))·W_zᵀ)ᵀ, M = N², padding columns zeroed: see the file
+ * comment. HG >= H heads in registers (heads past H have zero weights and are not written). */
 template <int V, bool CONTIG, int HG>
 static __global__ void __launch_bounds__(APB_THREADS)
 apb_bias_fwd_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
                     const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
-                    const bf16 *__restrict__ w, int64_t M, int Cz, int H) {
+                    const bf16 *__restrict__ w, int N, int Cz, int H) {
+  const int64_t M = (int64_t)N * N;
   __shared__ float tile[HG * (APB_TR + 1)];
   const int lane = threadIdx.x % MF_WARP_SIZE, wp = threadIdx.x / MF_WARP_SIZE;
   float wf[HG][V], cb[HG]; /* W_z with γ folded in, β·W_z: apb_fwd_weights */
@@ -186,23 +226,21 @@ apb_bias_fwd_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
       if (writer) tile[hl * (APB_TR + 1) + r] = bh;
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < H * APB_TR; idx += blockDim.x) {
-      const int h = idx / APB_TR, r = idx - h * APB_TR;
-      if (r < nr) bias[(int64_t)h * M + m0 + r] = mf_f32_to_bf16(tile[h * (APB_TR + 1) + r]);
-    }
+    apb_store_bias_tile(bias, tile, m0, nr, N, H);
     __syncthreads();
   }
 }
 
-/* Backward of the pair bias: dbias (H, M) → dz (M, Cz) += LN_z backward of
+/* Backward of the pair bias: dbias (H, N, NB) → dz (M, Cz) += LN_z backward of
  * dx̂ = Σ_h dbias[h]·W_z[h] (dz may be NULL); part (gridDim.x, H·Cz + 2Cz) = this block's
  * Σ dbias·ẑ (dW_z), Σ dx̂⊙x̂ (dγ), Σ dx̂ (dβ). */
 template <int V, bool CONTIG, int HG>
 static __global__ void __launch_bounds__(APB_THREADS)
 apb_bias_bwd_kernel(bf16 *__restrict__ dz, float *__restrict__ part, const bf16 *__restrict__ dbias,
                     const bf16 *__restrict__ z, const bf16 *__restrict__ gamma,
-                    const bf16 *__restrict__ beta, const bf16 *__restrict__ w, int64_t M, int Cz,
+                    const bf16 *__restrict__ beta, const bf16 *__restrict__ w, int N, int Cz,
                     int H) {
+  const int64_t M = (int64_t)N * N;
   __shared__ float dt[HG * (APB_TR + 1)];
   extern __shared__ float red[]; /* (H·Cz + 2Cz) */
   const int lane = threadIdx.x % MF_WARP_SIZE, wp = threadIdx.x / MF_WARP_SIZE;
@@ -223,10 +261,12 @@ apb_bias_bwd_kernel(bf16 *__restrict__ dz, float *__restrict__ part, const bf16 
   for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
     const int64_t m0 = t * APB_TR;
     const int nr = (int)(M - m0 < APB_TR ? M - m0 : APB_TR);
+    const int64_t i0 = m0 / N;
+    const int j0 = (int)(m0 - i0 * N);
     for (int idx = threadIdx.x; idx < HG * APB_TR; idx += blockDim.x) {
       const int h = idx / APB_TR, r = idx - h * APB_TR;
       dt[h * (APB_TR + 1) + r] =
-          (h < H && r < nr) ? mf_bf16_to_f32(dbias[(int64_t)h * M + m0 + r]) : 0.0f;
+          (h < H && r < nr) ? mf_bf16_to_f32(dbias[apb_bias_off(h, i0, j0, r, N)]) : 0.0f;
     }
     __syncthreads();
     for (int r = wp; r < nr; r += APB_WARPS) {
@@ -317,7 +357,8 @@ template <int V, bool CONTIG, int HG, bool ASYNC>
 static __global__ void __launch_bounds__(APB_THREADS)
 apb_bias_fwd_pipe_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
                          const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
-                         const bf16 *__restrict__ w, int64_t M, int Cz, int H) {
+                         const bf16 *__restrict__ w, int N, int Cz, int H) {
+  const int64_t M = (int64_t)N * N;
   extern __shared__ __align__(16) unsigned char apb_sm[];
   bf16 *zt = (bf16 *)apb_sm;                         /* (2, APB_TR, Cz) */
   float *tile = (float *)(zt + 2 * APB_TR * Cz);     /* (HG, APB_TR + 1) */
@@ -355,10 +396,7 @@ apb_bias_fwd_pipe_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
       if (writer) tile[hl * (APB_TR + 1) + r] = bh;
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < H * APB_TR; idx += blockDim.x) {
-      const int h = idx / APB_TR, r = idx - h * APB_TR;
-      if (r < nr) bias[(int64_t)h * M + m0 + r] = mf_f32_to_bf16(tile[h * (APB_TR + 1) + r]);
-    }
+    apb_store_bias_tile(bias, tile, m0, nr, N, H);
   }
 }
 
@@ -367,7 +405,8 @@ static __global__ void __launch_bounds__(APB_THREADS)
 apb_bias_bwd_pipe_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
                          const bf16 *__restrict__ dbias, const bf16 *__restrict__ z,
                          const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
-                         const bf16 *__restrict__ w, int64_t M, int Cz, int H) {
+                         const bf16 *__restrict__ w, int N, int Cz, int H) {
+  const int64_t M = (int64_t)N * N;
   constexpr int DBN = (HG * APB_TR + APB_THREADS - 1) / APB_THREADS;
   extern __shared__ __align__(16) unsigned char apb_sm[];
   bf16 *zt = (bf16 *)apb_sm;                     /* (2, APB_TR, Cz) */
@@ -397,10 +436,12 @@ apb_bias_bwd_pipe_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
     apb_tile_issue<ASYNC>(zt, z + m0 * Cz, nr * Cz);
     if (dz) apb_tile_issue<ASYNC>(dzt, dz + m0 * Cz, nr * Cz);
     if (ASYNC) apb_cp_commit();
+    const int64_t i0 = m0 / N;
+    const int j0 = (int)(m0 - i0 * N);
 #pragma unroll
     for (int k = 0; k < DBN; k++) {
       const int idx = threadIdx.x + k * APB_THREADS, h = idx / APB_TR, r = idx - h * APB_TR;
-      dbp[k] = (h < H && r < nr) ? mf_bf16_to_f32(dbias[(int64_t)h * M + m0 + r]) : 0.0f;
+      dbp[k] = (h < H && r < nr) ? mf_bf16_to_f32(dbias[apb_bias_off(h, i0, j0, r, N)]) : 0.0f;
     }
   }
   for (int buf = 0; t < ntiles; t += gridDim.x, buf ^= 1) {
@@ -420,10 +461,12 @@ apb_bias_bwd_pipe_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
       apb_tile_issue<ASYNC>(zt + (buf ^ 1) * APB_TR * Cz, z + mn * Cz, nn * Cz);
       if (dz) apb_tile_issue<ASYNC>(dzt + (buf ^ 1) * APB_TR * Cz, dz + mn * Cz, nn * Cz);
       if (ASYNC) apb_cp_commit();
+      const int64_t i0 = mn / N;
+      const int j0 = (int)(mn - i0 * N);
 #pragma unroll
       for (int k = 0; k < DBN; k++) {
         const int idx = threadIdx.x + k * APB_THREADS, h = idx / APB_TR, r = idx - h * APB_TR;
-        dbp[k] = (h < H && r < nn) ? mf_bf16_to_f32(dbias[(int64_t)h * M + mn + r]) : 0.0f;
+        dbp[k] = (h < H && r < nn) ? mf_bf16_to_f32(dbias[apb_bias_off(h, i0, j0, r, N)]) : 0.0f;
       }
     }
     const bf16 *zb = zt + buf * APB_TR * Cz, *dzb = dzt + buf * APB_TR * Cz;
@@ -610,20 +653,20 @@ static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 static void launch_bias_fwd(bf16 *bias, const bf16 *z, const mf_apb_cuda_weights *w, int N,
                             int Cz, int H, cudaStream_t s) {
-  const int64_t M = (int64_t)N * N, t = pair_tiles(N);
+  const int64_t t = pair_tiles(N);
   const unsigned blocks = (unsigned)(t < APB_FWD_MAX_BLOCKS ? t : APB_FWD_MAX_BLOCKS);
   if (g_variant == 0) {
     APB_DISPATCH((apb_bias_fwd_kernel<V_, CG_, HG_><<<blocks, APB_THREADS, 0, s>>>(
-        bias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+        bias, z, w->ln_z_g, w->ln_z_b, w->w_z, N, Cz, H)));
   } else {
     const int HGmax = H <= 4 ? 4 : H <= 8 ? 8 : 16;
     const size_t smem = (size_t)2 * APB_TR * Cz * sizeof(bf16) + (size_t)HGmax * (APB_TR + 1) * sizeof(float);
     if (Cz % 8 == 0 && aligned16(z)) {
       APB_DISPATCH((apb_go(apb_bias_fwd_pipe_kernel<V_, CG_, HG_, true>, blocks, smem, s,
-                           bias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+                           bias, z, w->ln_z_g, w->ln_z_b, w->w_z, N, Cz, H)));
     } else {
       APB_DISPATCH((apb_go(apb_bias_fwd_pipe_kernel<V_, CG_, HG_, false>, blocks, smem, s,
-                           bias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+                           bias, z, w->ln_z_g, w->ln_z_b, w->w_z, N, Cz, H)));
     }
   }
   MF_CHECK_LAUNCH();
@@ -631,12 +674,11 @@ static void launch_bias_fwd(bf16 *bias, const bf16 *z, const mf_apb_cuda_weights
 
 static void launch_bias_bwd(bf16 *dz, float *part, const bf16 *dbias, const bf16 *z,
                             const mf_apb_cuda_weights *w, int N, int Cz, int H, cudaStream_t s) {
-  const int64_t M = (int64_t)N * N;
   const unsigned blocks = (unsigned)bwd_blocks(N);
   if (g_variant == 0) {
     const size_t smem = (size_t)(H * Cz + 2 * Cz) * sizeof(float);
     APB_DISPATCH((apb_bias_bwd_kernel<V_, CG_, HG_><<<blocks, APB_THREADS, smem, s>>>(
-        dz, part, dbias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+        dz, part, dbias, z, w->ln_z_g, w->ln_z_b, w->w_z, N, Cz, H)));
   } else {
     const int HGmax = H <= 4 ? 4 : H <= 8 ? 8 : 16;
     const size_t smem = (size_t)4 * APB_TR * Cz * sizeof(bf16) +
@@ -644,10 +686,10 @@ static void launch_bias_bwd(bf16 *dz, float *part, const bf16 *dbias, const bf16
                         (size_t)(H * Cz + 2 * Cz) * sizeof(float);
     if (Cz % 8 == 0 && aligned16(z) && (!dz || aligned16(dz))) {
       APB_DISPATCH((apb_go(apb_bias_bwd_pipe_kernel<V_, CG_, HG_, true>, blocks, smem, s,
-                           dz, part, dbias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+                           dz, part, dbias, z, w->ln_z_g, w->ln_z_b, w->w_z, N, Cz, H)));
     } else {
       APB_DISPATCH((apb_go(apb_bias_bwd_pipe_kernel<V_, CG_, HG_, false>, blocks, smem, s,
-                           dz, part, dbias, z, w->ln_z_g, w->ln_z_b, w->w_z, M, Cz, H)));
+                           dz, part, dbias, z, w->ln_z_g, w->ln_z_b, w->w_z, N, Cz, H)));
     }
   }
   MF_CHECK_LAUNCH();
@@ -675,7 +717,7 @@ typedef struct {
   float *mean_s, *rstd_s;   /* (N) LN(s) statistics */
   bf16 *ahat;               /* (N, Cs) LN(s) */
   bf16 *qh, *kh, *vh, *gh;  /* (H, N, D) */
-  bf16 *bias;               /* (H, N, N) */
+  bf16 *bias;               /* (H, N, NB): row stride NB = apb_nb(N), padding zeroed */
   float *lse;               /* (H, N) */
   bf16 *oh;                 /* (H, N, D) gated attention output */
   bf16 *og;                 /* (N, HD) the same, row layout (input of W_o) */
@@ -691,7 +733,7 @@ static size_t saved_carve(apb_saved *v, void *base, int N, int Cs, int H, int D)
   v->kh = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
   v->vh = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
   v->gh = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
-  v->bias = (bf16 *)mf_carve(&c, (size_t)H * n * n * sizeof(bf16));
+  v->bias = (bf16 *)mf_carve(&c, (size_t)H * n * apb_nb(N) * sizeof(bf16));
   v->lse = (float *)mf_carve(&c, (size_t)H * n * sizeof(float));
   v->oh = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
   v->og = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
@@ -701,8 +743,8 @@ static size_t saved_carve(apb_saved *v, void *base, int N, int Cs, int H, int D)
 typedef struct {
   float *pf;                     /* (N, 4HD) fp32: forward [q | k | v | g]; backward dΔs·W_o */
   bf16 *doh, *dqh, *dkh, *dvh, *dgh; /* (H, N, D) */
-  bf16 *dbias;                   /* (H, N, N) */
-  void *att;                     /* attention backward workspace */
+  bf16 *dbias;                   /* (H, N, NB): row stride NB = apb_nb(N) */
+  void *att;                     /* attention backward workspace (strided entry point) */
   size_t att_bytes;
   bf16 *dP;                      /* (N, 4HD) [dq | dk | dv | dg] row layout */
   float *dahat;                  /* (N, Cs) */
@@ -714,6 +756,14 @@ static mf_attn_dims att_dims(int N, int H, int D) {
   return (mf_attn_dims){1, 1, H, N, N, D, 1.0 / sqrt((double)D)};
 }
 
+/* The attention's views: q, k, v, gate, out and their gradients packed (H, N, D); bias and
+ * dbias (H, N, NB). */
+static mf_attn_views att_views(int N, int H, int D) {
+  mf_attn_views vw = mf_attn_packed_views(att_dims(N, H, D));
+  vw.bias_row = apb_nb(N);
+  return vw;
+}
+
 static size_t ws_carve(apb_ws *v, void *base, int N, int Cs, int Cz, int H, int D) {
   const size_t n = (size_t)N, hd = (size_t)H * D, hnd = hd * n;
   mf_carver c = {(char *)base, 0};
@@ -723,8 +773,8 @@ static size_t ws_carve(apb_ws *v, void *base, int N, int Cs, int Cz, int H, int 
   v->dkh = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
   v->dvh = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
   v->dgh = (bf16 *)mf_carve(&c, hnd * sizeof(bf16));
-  v->dbias = (bf16 *)mf_carve(&c, (size_t)H * n * n * sizeof(bf16));
-  v->att_bytes = mf_attention_backward_cuda_workspace(att_dims(N, H, D), 1);
+  v->dbias = (bf16 *)mf_carve(&c, (size_t)H * n * apb_nb(N) * sizeof(bf16));
+  v->att_bytes = mf_attention_backward_strided_cuda_workspace(att_dims(N, H, D), 1);
   v->att = mf_carve(&c, v->att_bytes);
   v->dP = (bf16 *)mf_carve(&c, n * 4 * hd * sizeof(bf16));
   v->dahat = (float *)mf_carve(&c, n * Cs * sizeof(float));
@@ -783,12 +833,13 @@ extern "C" void mf_apb_forward_cuda(bf16 *out, void *saved, const bf16 *s, const
   bf16 *const heads[4] = {v.qh, v.kh, v.vh, v.gh};
   launch_rows_to_heads_f32(heads, b.pf, 4 * HD, w->b_q, 4, N, H, D, stream);
 
-  /* the pair bias (H, N, N): the one pass over z */
+  /* the pair bias (H, N, NB): the one pass over z */
   launch_bias_fwd(v.bias, z, w, N, Cz, H, stream);
 
   /* gated attention, heads → rows, output projection (+ the residual) */
-  mf_attention_forward_cuda(v.oh, v.lse, v.qh, v.kh, v.vh, v.bias, mask, v.gh, att_dims(N, H, D),
-                            stream);
+  const mf_attn_views vw = att_views(N, H, D);
+  mf_attention_forward_strided_cuda(v.oh, v.lse, v.qh, v.kh, v.vh, v.bias, mask, v.gh,
+                                    att_dims(N, H, D), &vw, stream);
   bf16 *const oh[1] = {v.oh};
   launch_heads_to_rows(v.og, HD, oh, 1, N, H, D, stream);
   mf_gemm_rm_cuda(blas, stream, 0, 1, N, Cs, HD, 1.0f, v.og, HD, w->w_o, HD,
@@ -829,11 +880,13 @@ extern "C" void mf_apb_backward_cuda(bf16 *ds, bf16 *dz, const mf_apb_cuda_grads
   bf16 *const doh[1] = {b.doh};
   launch_rows_to_heads_f32(doh, b.pf, HD, NULL, 1, N, H, D, stream);
 
-  /* attention: dq, dk, dv, dgate (H, N, D), dbias (H, N, N) */
-  mf_attention_backward_cuda(need_proj ? b.dqh : NULL, need_proj ? b.dkh : NULL,
-                             need_proj ? b.dvh : NULL, need_z ? b.dbias : NULL,
-                             need_proj ? b.dgh : NULL, b.doh, v.oh, v.lse, v.qh, v.kh, v.vh,
-                             v.bias, mask, v.gh, att_dims(N, H, D), b.att, b.att_bytes, stream);
+  /* attention: dq, dk, dv, dgate (H, N, D), dbias (H, N, NB) */
+  const mf_attn_views vw = att_views(N, H, D);
+  mf_attention_backward_strided_cuda(need_proj ? b.dqh : NULL, need_proj ? b.dkh : NULL,
+                                     need_proj ? b.dvh : NULL, need_z ? b.dbias : NULL,
+                                     need_proj ? b.dgh : NULL, b.doh, v.oh, v.lse, v.qh, v.kh,
+                                     v.vh, v.bias, mask, v.gh, att_dims(N, H, D), &vw, b.att,
+                                     b.att_bytes, stream);
 
   /* projections: dW_p += d_pᵀ·â, db_q += Σ_i dq, dâ = Σ_p d_p·W_p, ds = LN(s) backward */
   if (need_proj) {

@@ -4,12 +4,14 @@
  * accumulation and fp32 LayerNorm statistics:
  *
  *   â = LN(s) (N, Cs);  q = â·W_qᵀ + b_q, k, v, g = â·W_{k,v,g}ᵀ → heads (H, N, D)
- *   b = LN_z(z)·W_zᵀ (N², H) → (H, N, N)     the only pair-sized work: one LN + GEMM pass
+ *   b = LN_z(z)·W_zᵀ (N², H) → (H, N, NB)    the only pair-sized work: one LN + GEMM pass
+ *                                           (rows padded to NB = N rounded up to 8: 16-byte
+ *                                           bias rows for the attention at any N)
  *   o = EvoFlash-3D attention(q, k, v; bias b, key mask, gate σ(g))   (B = R = 1)
  *   Δs = concat_h(o)·W_oᵀ;  out = Δs, or out += Δs with accumulate (the residual)
  *
- * Saved (mf_apb_cuda_saved_bytes): O(N·(Cs + H·D) + H·N²) bytes — LN(s) statistics,
- * q, k, v, g, the bias (H, N, N), the lse and the gated output; LN_z(z) is not kept (the
+ * Saved (mf_apb_cuda_saved_bytes): O(N·(Cs + H·D) + H·N·NB) bytes — LN(s) statistics,
+ * q, k, v, g, the bias (H, N, NB), the lse and the gated output; LN_z(z) is not kept (the
  * backward recomputes it chunk by chunk, as mf_ln_linear_backward_cuda does).
  *
  * Gradient contract: parameter gradients ACCUMULATE (fp32; NULL field or struct skips);
@@ -19,7 +21,7 @@
  * Determinism: no float atomics; two runs are bit-identical.
  * Requirements: D % 8 == 0, D <= 64, Cs <= 1024, Cz <= 128, H <= 16 (the fused pair
  * kernels keep a row of z and W_z in registers; AF3: Cz = 128, H = 16). Workspace:
- * mf_apb_cuda_workspace bytes, shared by the forward and the backward, O(N·HD + H·N²).
+ * mf_apb_cuda_workspace bytes, shared by the forward and the backward, O(N·HD + H·N·NB).
  * Implementation: src/ops/cuda/attn_pair_bias.cu. Not the CPU reference. */
 #ifndef MF_OPS_CUDA_ATTN_PAIR_BIAS_CUDA_H
 #define MF_OPS_CUDA_ATTN_PAIR_BIAS_CUDA_H
