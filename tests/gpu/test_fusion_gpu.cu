@@ -8,7 +8,10 @@
  * both forward variants (staging + cuBLAS, and the fused custom kernel). Sizes are not
  * tile multiples (M = 7, 129, 300, 4099; N = 7, 9, 33, 65; widths 20, 36, 40 that are
  * not multiples of 8); the larger cases also run with 256- or 1024-row chunks so the
- * multi-chunk paths (partial last chunk, accumulated weight gradients) are exercised.
+ * multi-chunk paths (partial last chunk, accumulated weight gradients) are exercised. The
+ * triangle update also runs at N² % 8 != 0 (N = 6, 9, 33, 37, 50, 63, 130) with small
+ * forced chunks in both transposing-kernel variants (the vectorised one on a padded
+ * channel stride, with a tail tile of the last chunk).
  * Every output is poisoned with NaN before the run; parameter gradients start from
  * random values (they accumulate) and the increments are compared; every case runs
  * twice and must be bit-identical. The backwards of LayerNorm + Linear, the gated
@@ -792,8 +795,8 @@ int main(void) {
   /* N² % 8 == 0: the vectorised transposing kernels (variant 1, the default) — full and
    * partial 64-row tiles, chunks of 8k rows (104, 40), Ch/8 not a power of two (24),
    * Ch = 256 (shared memory above 48 KiB), Ch = 8; chunk 96 of M = 1156 ends in a
-   * 4-row chunk and chunk 100 puts chunk starts off the 8-column grid (the scalar kernels
-   * for those chunks, the vectorised ones for the others) */
+   * 4-row chunk; a forced chunk of 100 rows is rounded down to 96 (trimul keeps chunk
+   * starts on the 8-column grid) */
   test_trimul(16, 128, 128, 1, 1, 1, 0, s += 20);
   test_trimul(20, 128, 128, 0, 1, 0, 104, s += 20);
   test_trimul(16, 40, 24, 0, 1, 0, 0, s += 20);
@@ -808,6 +811,25 @@ int main(void) {
   const int tri_default = mf_trimul_cuda_set_variant(0);
   test_trimul(16, 128, 128, 1, 1, 1, 0, s += 20);
   test_trimul(20, 128, 128, 0, 1, 0, 104, s += 20);
+  /* N² % 8 != 0 (N % 4 != 0), masks, in both variants: the channel-major arrays have the
+   * padded stride ldm = N² rounded up to 8 (NaN-poisoned padding in the saved buffer and
+   * the workspace), so the vectorised kernels run here too, the last chunk ending in a
+   * tail tile of nr % 8 != 0 rows. Chunks forced small: 200 (M = 1369: 6 chunks of 200,
+   * then 169 rows), 300 → 296 (M = 2500: last chunk 132 rows), 500 → 496 (M = 3969, Ch
+   * = 24: last chunk 497 rows), 5 → 8 (M = 81: 10 chunks of 8, then 1 row), 4000 (M =
+   * 16900: last chunk 900 rows, 4 mod 8); single chunks at M = 2500 and M = 36 (< 64 rows,
+   * ldm = 40). Variant 0 first, then the default. */
+  for (int tv = 0; tv < 2; tv++) {
+    mf_trimul_cuda_set_variant(tv == 0 ? 0 : tri_default);
+    test_trimul(37, 64, 32, 0, 1, 1, 200, s += 20);
+    test_trimul(50, 128, 128, 1, 1, 0, 0, s += 20);
+    test_trimul(50, 64, 32, 0, 1, 1, 300, s += 20);
+    test_trimul(63, 64, 24, 1, 1, 0, 500, s += 20);
+    test_trimul(9, 64, 16, 1, 1, 0, 5, s += 20);
+    test_trimul(130, 64, 32, 1, 1, 1, 4000, s += 20);
+    test_trimul(6, 128, 64, 0, 1, 0, 0, s += 20);
+    test_trimul(33, 128, 128, 0, 1, 0, 256, s += 20);
+  }
   mf_trimul_cuda_set_variant(tri_default);
 
   mf_cuda_blas_destroy(&g_blas);

@@ -9,7 +9,8 @@
  * does not fit with the largest N that does. With MF_PARITY_OUT=dir set it also writes
  * the GPU's results of one case as a parity bundle for tools/reference/parity.py.
  * Prints (does not assert) one block's forward/backward time at a few N. With
- * MF_PF_TIMING_ONLY=N it only times one block at that N, twice. Needs a GPU. */
+ * MF_PF_TIMING_ONLY=N it only times one block at that N, twice (MF_ATT_VARIANT,
+ * MF_TRIMUL_VARIANT pick the attention and triangle-update kernel variants). Needs a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -491,6 +492,8 @@ int main(void) {
     const int N = atoi(getenv("MF_PF_TIMING_ONLY"));
     /* MF_ATT_VARIANT: the attention variant to time (mf_attention_cuda_set_variant) */
     if (getenv("MF_ATT_VARIANT")) mf_attention_cuda_set_variant(atoi(getenv("MF_ATT_VARIANT")));
+    /* MF_TRIMUL_VARIANT: the transposing kernels of the triangle updates (0 scalar, 1 default) */
+    if (getenv("MF_TRIMUL_VARIANT")) mf_trimul_cuda_set_variant(atoi(getenv("MF_TRIMUL_VARIANT")));
     for (int i = 0; i < 2; i++) time_block(N);
     mf_test_free_all();
     return mf_test_end();

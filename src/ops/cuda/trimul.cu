@@ -3,9 +3,12 @@
  * batched per-channel GEMMs; LN_out (channel-major in, row-major staging out) + W_z GEMM
  * + gated output epilogue with an optional fused residual + row/column dropout.
  * The four transposing kernels (gate forward, LN_out forward and backward, gate backward)
- * exist twice: scalar 32-row tiles, and vectorised 64-row tiles where the chunk's columns
- * are 8-aligned (mf_trimul_cuda_set_variant). See trimul_cuda.h. Not the CPU reference
- * (src/ops/cpu/trimul.c). */
+ * exist twice: scalar 32-row tiles, and vectorised 64-row tiles with 16-byte accesses
+ * (mf_trimul_cuda_set_variant). The channel-major arrays have a channel stride padded to a
+ * multiple of 8 (tri_ldm) and chunks start on multiples of 8 (tri_chunk), so the vectorised
+ * kernels run for every N, N² % 8 != 0 included (a tail tile of the last chunk); before,
+ * odd N and N ≡ 2 (mod 4) fell back to the scalar kernels everywhere, 1.8x their time.
+ * See trimul_cuda.h. Not the CPU reference (src/ops/cpu/trimul.c). */
 #include "trimul_cuda.h"
 
 #include "fusion_util.cuh"
@@ -18,14 +21,14 @@
 /* ================================================================ kernels */
 
 /* From P (rows, 4Ch + C) = x̂·w_catᵀ of chunk rows m0..m0+rows−1:
- *   A_cm[c, m] = pm[m]·σ(ag)·ap,  B_cm[c, m] = pm[m]·σ(bg)·bp   (Ch, M) channel-major
+ *   A_cm[c, m] = pm[m]·σ(ag)·ap,  B_cm[c, m] = pm[m]·σ(bg)·bp   (Ch, ldm) chan.-major
  *   sg[m, c] = σ(g)                                              (M, C)
  * Transposed through shared memory: a tile of TRI_TM rows × Ch channels; P is read VEC
  * channels at a time (8 when C and Ch are multiples of 8). */
 template <int VEC>
 static __global__ void tri_gate_fwd_kernel(bf16 *__restrict__ A_cm, bf16 *__restrict__ B_cm,
                                     bf16 *__restrict__ sg, const bf16 *__restrict__ P,
-                                    const uint8_t *__restrict__ pm, int64_t M, int64_t m0,
+                                    const uint8_t *__restrict__ pm, int64_t ldm, int64_t m0,
                                     int64_t rows, int C, int Ch) {
   extern __shared__ float tile[]; /* (Ch, TRI_TM + 1) */
   const int64_t t0 = (int64_t)blockIdx.x * TRI_TM;
@@ -49,7 +52,7 @@ static __global__ void tri_gate_fwd_kernel(bf16 *__restrict__ A_cm, bf16 *__rest
     bf16 *dst = op ? B_cm : A_cm;
     for (int idx = threadIdx.x; idx < TRI_TM * Ch; idx += blockDim.x) {
       const int c = idx / TRI_TM, r = idx - c * TRI_TM;
-      if (r < nr) dst[(int64_t)c * M + m0 + t0 + r] = mf_f32_to_bf16(tile[c * (TRI_TM + 1) + r]);
+      if (r < nr) dst[(int64_t)c * ldm + m0 + t0 + r] = mf_f32_to_bf16(tile[c * (TRI_TM + 1) + r]);
     }
     __syncthreads();
   }
@@ -66,30 +69,30 @@ static __global__ void tri_gate_fwd_kernel(bf16 *__restrict__ A_cm, bf16 *__rest
   }
 }
 
-/* tile (Ch, TRI_TM + 1) fp32 = T_cm (Ch, M) columns m0 + t0 .. m0 + t0 + nr − 1, the block's
+/* tile (Ch, TRI_TM + 1) fp32 = T_cm (Ch, ldm) columns m0 + t0 .. m0 + t0 + nr − 1, the block's
  * nr = min(rows − t0, TRI_TM) of the chunk's rows, by the whole block (then synchronised);
  * returns nr. */
 static __device__ __forceinline__ int tri_cm_tile_load(float *tile, const bf16 *__restrict__ T_cm,
-                                                       int64_t M, int64_t m0, int64_t t0,
+                                                       int64_t ldm, int64_t m0, int64_t t0,
                                                        int64_t rows, int Ch) {
   const int nr = (int)(rows - t0 < TRI_TM ? rows - t0 : TRI_TM);
   for (int idx = threadIdx.x; idx < TRI_TM * Ch; idx += blockDim.x) {
     const int c = idx / TRI_TM, r = idx - c * TRI_TM;
-    if (r < nr) tile[c * (TRI_TM + 1) + r] = mf_bf16_to_f32(T_cm[(int64_t)c * M + m0 + t0 + r]);
+    if (r < nr) tile[c * (TRI_TM + 1) + r] = mf_bf16_to_f32(T_cm[(int64_t)c * ldm + m0 + t0 + r]);
   }
   __syncthreads();
   return nr;
 }
 
-/* y (rows, Ch) row-major = LN_out of T_cm (Ch, M) columns m0..m0+rows−1; statistics
+/* y (rows, Ch) row-major = LN_out of T_cm (Ch, ldm) columns m0..m0+rows−1; statistics
  * computed into mean/rstd (M, indexed by m) or read from them (use_saved). */
 static __global__ void tri_ln_cm_kernel(bf16 *__restrict__ y, float *__restrict__ mean,
                                  float *__restrict__ rstd, const bf16 *__restrict__ T_cm,
                                  const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
-                                 int64_t M, int64_t m0, int64_t rows, int Ch, int use_saved) {
+                                 int64_t ldm, int64_t m0, int64_t rows, int Ch, int use_saved) {
   extern __shared__ float tile[]; /* (Ch, TRI_TM + 1) */
   const int64_t t0 = (int64_t)blockIdx.x * TRI_TM;
-  const int nr = tri_cm_tile_load(tile, T_cm, M, m0, t0, rows, Ch);
+  const int nr = tri_cm_tile_load(tile, T_cm, ldm, m0, t0, rows, Ch);
   const int lane = threadIdx.x % MF_WARP_SIZE, w = threadIdx.x / MF_WARP_SIZE;
   const int nw = blockDim.x / MF_WARP_SIZE;
   for (int r = w; r < nr; r += nw) {
@@ -120,18 +123,18 @@ static __global__ void tri_ln_cm_kernel(bf16 *__restrict__ y, float *__restrict_
   }
 }
 
-/* LN_out backward, channel-major: dT_cm (Ch, M) columns m0.. from dy (rows, Ch) fp32,
+/* LN_out backward, channel-major: dT_cm (Ch, ldm) columns m0.. from dy (rows, Ch) fp32,
  * T_cm and the saved statistics; part (gridDim.x, 2Ch) = per-block Σ dy⊙x̂ and Σ dy. */
 static __global__ void tri_ln_cm_bwd_kernel(bf16 *__restrict__ dT_cm, float *__restrict__ part,
                                      const float *__restrict__ dy, const bf16 *__restrict__ T_cm,
                                      const float *__restrict__ mean,
                                      const float *__restrict__ rstd,
-                                     const bf16 *__restrict__ gamma, int64_t M, int64_t m0,
+                                     const bf16 *__restrict__ gamma, int64_t ldm, int64_t m0,
                                      int64_t rows, int Ch) {
   extern __shared__ float sm[]; /* tile (Ch, TRI_TM + 1), then (warps, 2Ch) */
   float *tile = sm, *red = sm + Ch * (TRI_TM + 1);
   const int64_t t0 = (int64_t)blockIdx.x * TRI_TM;
-  const int nr = tri_cm_tile_load(tile, T_cm, M, m0, t0, rows, Ch);
+  const int nr = tri_cm_tile_load(tile, T_cm, ldm, m0, t0, rows, Ch);
   const int lane = threadIdx.x % MF_WARP_SIZE, w = threadIdx.x / MF_WARP_SIZE;
   const int nw = blockDim.x / MF_WARP_SIZE;
   float pg[TRI_MAX_CHV], pb[TRI_MAX_CHV];
@@ -174,7 +177,7 @@ static __global__ void tri_ln_cm_bwd_kernel(bf16 *__restrict__ dT_cm, float *__r
   __syncthreads();
   for (int idx = threadIdx.x; idx < TRI_TM * Ch; idx += blockDim.x) {
     const int c = idx / TRI_TM, r = idx - c * TRI_TM;
-    if (r < nr) dT_cm[(int64_t)c * M + m0 + t0 + r] = mf_f32_to_bf16(tile[c * (TRI_TM + 1) + r]);
+    if (r < nr) dT_cm[(int64_t)c * ldm + m0 + t0 + r] = mf_f32_to_bf16(tile[c * (TRI_TM + 1) + r]);
   }
   for (int j = threadIdx.x; j < 2 * Ch; j += blockDim.x) {
     float s = 0.0f;
@@ -189,7 +192,7 @@ static __global__ void tri_ln_cm_bwd_kernel(bf16 *__restrict__ dT_cm, float *__r
 template <int VEC>
 static __global__ void tri_gate_bwd_kernel(bf16 *__restrict__ P4, const bf16 *__restrict__ dA_cm,
                                     const bf16 *__restrict__ dB_cm,
-                                    const uint8_t *__restrict__ pm, int64_t M, int64_t m0,
+                                    const uint8_t *__restrict__ pm, int64_t ldm, int64_t m0,
                                     int64_t rows, int Ch) {
   extern __shared__ float tile[]; /* (Ch, TRI_TM + 1) */
   const int64_t t0 = (int64_t)blockIdx.x * TRI_TM;
@@ -199,7 +202,7 @@ static __global__ void tri_gate_bwd_kernel(bf16 *__restrict__ P4, const bf16 *__
     const bf16 *src = op ? dB_cm : dA_cm;
     for (int idx = threadIdx.x; idx < TRI_TM * Ch; idx += blockDim.x) {
       const int c = idx / TRI_TM, r = idx - c * TRI_TM;
-      if (r < nr) tile[c * (TRI_TM + 1) + r] = mf_bf16_to_f32(src[(int64_t)c * M + m0 + t0 + r]);
+      if (r < nr) tile[c * (TRI_TM + 1) + r] = mf_bf16_to_f32(src[(int64_t)c * ldm + m0 + t0 + r]);
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < TRI_TM * cv; idx += blockDim.x) {
@@ -231,9 +234,15 @@ static __global__ void tri_gate_bwd_kernel(bf16 *__restrict__ P4, const bf16 *__
  * channel-major side (a thread: 8 consecutive pair rows m of one channel, one uint4 in
  * global memory, 8 scalar bf16 in shared memory, lanes over the tile's 8-row groups first)
  * and the row-major side (a thread: 8 consecutive channels of one row, uint4 both in global
- * and shared memory) are both free of bank conflicts. Used where Ch % 8 == 0 and the
- * chunk's columns are 8-aligned in the (Ch, M) arrays: M % 8 == 0, m0 % 8 == 0,
- * rows % 8 == 0 (tri_vec_ok); else the kernels above run. Values are rounded to bf16
+ * and shared memory) are both free of bank conflicts. The channel-major arrays have the
+ * padded channel stride ldm = M rounded up to 8 (tri_ldm), so every channel plane starts on
+ * the 16-byte grid for any N. Used where Ch % 8 == 0, m0 % 8 == 0 and rows % 8 == 0 or the
+ * chunk is the last one (tri_vec_ok; tri_chunk makes every chunk but the last a multiple of
+ * 8 rows); else the kernels above run. The last tile of a last chunk with M % 8 != 0 has
+ * nr % 8 != 0 rows: its row-major side is guarded per row, its channel-major side moves
+ * whole 8-column groups, reading padding columns M .. ldm − 1 into unused tile rows and
+ * writing zeros there (nobody else reads them: the contraction GEMMs see the first M
+ * elements of each plane). Values are rounded to bf16
  * exactly where the kernels above round them; only LN reductions are summed in another
  * order. smask = (largest power of two dividing Ch/8, at most 8) − 1; lg = log2 of the
  * lanes per row in the LN kernels (the smallest power of two >= Ch/8). */
@@ -245,15 +254,17 @@ static __device__ __forceinline__ int tri_sw(int r, int c, int Ch, int smask) {
   return r * Ch + ((((c >> 3) ^ ((r >> 3) & smask))) << 3) + (c & 7);
 }
 
-/* tile (TRI_TMV, Ch) bf16 swizzled = T_cm (Ch, M) columns col0 .. col0 + nr − 1 (nr % 8 == 0,
- * col0 % 8 == 0, M % 8 == 0), by the whole block; with NT = 2 also tile2 from T2_cm, both
- * tiles' loads in flight together. The caller synchronises. */
+/* tile (TRI_TMV, Ch) bf16 swizzled = T_cm (Ch, ldm) columns col0 .. col0 + nr8 − 1, nr8 = nr
+ * rounded up to 8 (col0 % 8 == 0, ldm % 8 == 0, col0 + nr8 <= ldm: a tail tile reads up to 7
+ * padding columns into tile rows nr .., which the callers never use), by the whole block;
+ * with NT = 2 also tile2 from T2_cm, both tiles' loads in flight together. The caller
+ * synchronises. */
 template <int NT>
 static __device__ __forceinline__ void tri_cm_load_v(bf16 *tile, const bf16 *__restrict__ T_cm,
                                                      bf16 *tile2, const bf16 *__restrict__ T2_cm,
-                                                     int64_t M, int64_t col0, int nr, int Ch,
+                                                     int64_t ldm, int64_t col0, int nr, int Ch,
                                                      int smask) {
-  const int ng = nr >> 3, total = Ch * ng;
+  const int ng = (nr + 7) >> 3, total = Ch * ng;
   for (int base = threadIdx.x; base < total; base += TRI_CM_UNROLL * blockDim.x) {
     uint4 u[NT][TRI_CM_UNROLL];
 #pragma unroll
@@ -261,7 +272,7 @@ static __device__ __forceinline__ void tri_cm_load_v(bf16 *tile, const bf16 *__r
       const int idx = base + i * blockDim.x;
       if (idx < total) {
         const int c = idx / ng, g = idx - c * ng;
-        const int64_t off = (int64_t)c * M + col0 + g * 8;
+        const int64_t off = (int64_t)c * ldm + col0 + g * 8;
         u[0][i] = *(const uint4 *)(T_cm + off);
         if constexpr (NT == 2) u[NT - 1][i] = *(const uint4 *)(T2_cm + off);
       }
@@ -283,18 +294,21 @@ static __device__ __forceinline__ void tri_cm_load_v(bf16 *tile, const bf16 *__r
   }
 }
 
-/* dst (Ch, M) columns col0 .. col0 + nr − 1 = tile (TRI_TMV, Ch) swizzled (same conditions). */
+/* dst (Ch, ldm) columns col0 .. col0 + nr8 − 1 = tile (TRI_TMV, Ch) swizzled rows 0 .. nr − 1,
+ * then zeros in the padding columns col0 + nr .. col0 + nr8 − 1 of a tail tile (same
+ * conditions). */
 static __device__ __forceinline__ void tri_cm_store_v(bf16 *__restrict__ dst, const bf16 *tile,
-                                                      int64_t M, int64_t col0, int nr, int Ch,
+                                                      int64_t ldm, int64_t col0, int nr, int Ch,
                                                       int smask) {
-  const int ng = nr >> 3, total = Ch * ng;
+  const int ng = (nr + 7) >> 3, total = Ch * ng;
   for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
     const int c = idx / ng, g = idx - c * ng;
     uint4 u;
     bf16 *h = (bf16 *)&u;
 #pragma unroll
-    for (int k = 0; k < 8; k++) h[k] = tile[tri_sw(g * 8 + k, c, Ch, smask)];
-    *(uint4 *)(dst + (int64_t)c * M + col0 + g * 8) = u;
+    for (int k = 0; k < 8; k++)
+      h[k] = g * 8 + k < nr ? tile[tri_sw(g * 8 + k, c, Ch, smask)] : mf_f32_to_bf16(0.0f);
+    *(uint4 *)(dst + (int64_t)c * ldm + col0 + g * 8) = u;
   }
 }
 
@@ -312,7 +326,7 @@ static __device__ __forceinline__ float tri_group_sum(float v, int lg) {
 /* tri_gate_fwd_kernel, vectorised (C % 8 == 0 too). Shared: A and B tiles. */
 static __global__ void tri_gate_fwd_v_kernel(bf16 *__restrict__ A_cm, bf16 *__restrict__ B_cm,
                                              bf16 *__restrict__ sg, const bf16 *__restrict__ P,
-                                             const uint8_t *__restrict__ pm, int64_t M,
+                                             const uint8_t *__restrict__ pm, int64_t ldm,
                                              int64_t m0, int64_t rows, int C, int Ch, int smask) {
   extern __shared__ uint4 tri_smv[];
   bf16 *ta = (bf16 *)tri_smv, *tb = ta + TRI_TMV * Ch; /* (TRI_TMV, Ch) each, swizzled */
@@ -346,21 +360,21 @@ static __global__ void tri_gate_fwd_v_kernel(bf16 *__restrict__ A_cm, bf16 *__re
     mf_stv<8>(sg + (m0 + t0 + r) * C + c, g);
   }
   __syncthreads();
-  tri_cm_store_v(A_cm, ta, M, m0 + t0, nr, Ch, smask);
-  tri_cm_store_v(B_cm, tb, M, m0 + t0, nr, Ch, smask);
+  tri_cm_store_v(A_cm, ta, ldm, m0 + t0, nr, Ch, smask);
+  tri_cm_store_v(B_cm, tb, ldm, m0 + t0, nr, Ch, smask);
 }
 
 /* tri_ln_cm_kernel, vectorised: 2^lg lanes per row, 8 channels per lane. */
 static __global__ void tri_ln_cm_v_kernel(bf16 *__restrict__ y, float *__restrict__ mean,
                                           float *__restrict__ rstd, const bf16 *__restrict__ T_cm,
                                           const bf16 *__restrict__ gamma,
-                                          const bf16 *__restrict__ beta, int64_t M, int64_t m0,
+                                          const bf16 *__restrict__ beta, int64_t ldm, int64_t m0,
                                           int64_t rows, int Ch, int use_saved, int smask, int lg) {
   extern __shared__ uint4 tri_smv[];
   bf16 *tile = (bf16 *)tri_smv; /* (TRI_TMV, Ch) swizzled */
   const int64_t t0 = (int64_t)blockIdx.x * TRI_TMV;
   const int nr = (int)(rows - t0 < TRI_TMV ? rows - t0 : TRI_TMV);
-  tri_cm_load_v<1>(tile, T_cm, NULL, NULL, M, m0 + t0, nr, Ch, smask);
+  tri_cm_load_v<1>(tile, T_cm, NULL, NULL, ldm, m0 + t0, nr, Ch, smask);
   const int lane = threadIdx.x % MF_WARP_SIZE, w = threadIdx.x / MF_WARP_SIZE;
   const int nw = blockDim.x / MF_WARP_SIZE, rpw = MF_WARP_SIZE >> lg;
   const int j = lane & ((1 << lg) - 1), sub = lane >> lg;
@@ -417,7 +431,7 @@ static __global__ void __launch_bounds__(TRI_THREADS, 4)
 tri_ln_cm_bwd_v_kernel(bf16 *__restrict__ dT_cm, float *__restrict__ part,
                        const float *__restrict__ dy, const bf16 *__restrict__ T_cm,
                        const float *__restrict__ mean, const float *__restrict__ rstd,
-                       const bf16 *__restrict__ gamma, int64_t M, int64_t m0, int64_t rows,
+                       const bf16 *__restrict__ gamma, int64_t ldm, int64_t m0, int64_t rows,
                        int Ch, int smask, int lg) {
   extern __shared__ uint4 tri_smv[];
   bf16 *tile = (bf16 *)tri_smv;
@@ -435,7 +449,7 @@ tri_ln_cm_bwd_v_kernel(bf16 *__restrict__ dT_cm, float *__restrict__ part,
     pg[k] = pb[k] = dn[k] = 0.0f;
   }
   if (act && w * rpw + sub < nr) mf_ldvf<8>(dn, dy + (t0 + w * rpw + sub) * Ch + j * 8);
-  tri_cm_load_v<1>(tile, T_cm, NULL, NULL, M, m0 + t0, nr, Ch, smask);
+  tri_cm_load_v<1>(tile, T_cm, NULL, NULL, ldm, m0 + t0, nr, Ch, smask);
   __syncthreads();
   for (int rb = w * rpw; rb < nr; rb += nw * rpw) { /* uniform per warp */
     const int r = rb + sub;
@@ -479,7 +493,7 @@ tri_ln_cm_bwd_v_kernel(bf16 *__restrict__ dT_cm, float *__restrict__ part,
     }
   }
   __syncthreads();
-  tri_cm_store_v(dT_cm, tile, M, m0 + t0, nr, Ch, smask);
+  tri_cm_store_v(dT_cm, tile, ldm, m0 + t0, nr, Ch, smask);
   const int ng = nw * rpw;
   for (int jj = threadIdx.x; jj < 2 * Ch; jj += blockDim.x) {
     float s = 0.0f;
@@ -491,14 +505,14 @@ tri_ln_cm_bwd_v_kernel(bf16 *__restrict__ dT_cm, float *__restrict__ part,
 /* tri_gate_bwd_kernel, vectorised. Shared: dA and dB tiles. */
 static __global__ void __launch_bounds__(TRI_THREADS, 4)
 tri_gate_bwd_v_kernel(bf16 *__restrict__ P4, const bf16 *__restrict__ dA_cm,
-                      const bf16 *__restrict__ dB_cm, const uint8_t *__restrict__ pm, int64_t M,
+                      const bf16 *__restrict__ dB_cm, const uint8_t *__restrict__ pm, int64_t ldm,
                       int64_t m0, int64_t rows, int Ch, int smask) {
   extern __shared__ uint4 tri_smv[];
   bf16 *ta = (bf16 *)tri_smv, *tb = ta + TRI_TMV * Ch;
   const int64_t t0 = (int64_t)blockIdx.x * TRI_TMV;
   const int nr = (int)(rows - t0 < TRI_TMV ? rows - t0 : TRI_TMV);
   const int nch = Ch >> 3;
-  tri_cm_load_v<2>(ta, dA_cm, tb, dB_cm, M, m0 + t0, nr, Ch, smask);
+  tri_cm_load_v<2>(ta, dA_cm, tb, dB_cm, ldm, m0 + t0, nr, Ch, smask);
   __syncthreads();
   for (int idx = threadIdx.x; idx < nr * nch; idx += blockDim.x) {
     const int r = idx / nch, j = idx - r * nch;
@@ -603,12 +617,14 @@ extern "C" int mf_trimul_cuda_set_variant(int variant) {
   return old;
 }
 
-/* The vectorised kernels apply to this chunk (see above them) with these arrays. */
+/* The vectorised kernels apply to this chunk of M rows (see above them) with these arrays
+ * of channel stride ldm: the chunk's 8-column groups lie inside the planes. */
 static int tri_al16(const void *p) { return (uintptr_t)p % 16 == 0; }
-static int tri_vec_ok(int64_t M, int64_t m0, int64_t rows, int Ch, const void *cm0,
+static int tri_vec_ok(int64_t M, int64_t ldm, int64_t m0, int64_t rows, int Ch, const void *cm0,
                       const void *cm1, const void *rm) {
-  return g_tri_variant == 1 && Ch % 8 == 0 && M % 8 == 0 && m0 % 8 == 0 && rows % 8 == 0 &&
-         tri_al16(cm0) && tri_al16(cm1) && tri_al16(rm);
+  return g_tri_variant == 1 && Ch % 8 == 0 && ldm % 8 == 0 && m0 % 8 == 0 &&
+         (rows % 8 == 0 || m0 + rows == M) && (m0 + rows + 7) / 8 * 8 <= ldm && tri_al16(cm0) &&
+         tri_al16(cm1) && tri_al16(rm);
 }
 static int tri_smask(int Ch) {
   int p = (Ch / 8) & -(Ch / 8);
@@ -628,29 +644,30 @@ static void tri_smem_optin(const void *func, size_t smem) {
 }
 
 static void launch_gate_fwd(bf16 *A_cm, bf16 *B_cm, bf16 *sg, const bf16 *P, const uint8_t *pm,
-                            int64_t M, int64_t m0, int64_t rows, int C, int Ch, cudaStream_t s) {
-  if (C % 8 == 0 && tri_vec_ok(M, m0, rows, Ch, A_cm, B_cm, P) && tri_al16(sg)) {
+                            int64_t M, int64_t ldm, int64_t m0, int64_t rows, int C, int Ch,
+                            cudaStream_t s) {
+  if (C % 8 == 0 && tri_vec_ok(M, ldm, m0, rows, Ch, A_cm, B_cm, P) && tri_al16(sg)) {
     const size_t smem = 2 * tile_smem_v(Ch);
     tri_smem_optin((const void *)tri_gate_fwd_v_kernel, smem);
     tri_gate_fwd_v_kernel<<<mf_cdiv(rows, TRI_TMV), TRI_THREADS, smem, s>>>(
-        A_cm, B_cm, sg, P, pm, M, m0, rows, C, Ch, tri_smask(Ch));
+        A_cm, B_cm, sg, P, pm, ldm, m0, rows, C, Ch, tri_smask(Ch));
   } else if (C % 8 == 0 && Ch % 8 == 0)
     tri_gate_fwd_kernel<8><<<mf_cdiv(rows, TRI_TM), TRI_THREADS, tile_smem(Ch), s>>>(
-        A_cm, B_cm, sg, P, pm, M, m0, rows, C, Ch);
+        A_cm, B_cm, sg, P, pm, ldm, m0, rows, C, Ch);
   else
     tri_gate_fwd_kernel<1><<<mf_cdiv(rows, TRI_TM), TRI_THREADS, tile_smem(Ch), s>>>(
-        A_cm, B_cm, sg, P, pm, M, m0, rows, C, Ch);
+        A_cm, B_cm, sg, P, pm, ldm, m0, rows, C, Ch);
   MF_CHECK_LAUNCH();
 }
 static void launch_ln_cm(bf16 *y, float *mean, float *rstd, const bf16 *T_cm, const bf16 *g,
-                         const bf16 *b, int64_t M, int64_t m0, int64_t rows, int Ch, int use_saved,
-                         cudaStream_t s) {
-  if (tri_vec_ok(M, m0, rows, Ch, T_cm, T_cm, y))
+                         const bf16 *b, int64_t M, int64_t ldm, int64_t m0, int64_t rows, int Ch,
+                         int use_saved, cudaStream_t s) {
+  if (tri_vec_ok(M, ldm, m0, rows, Ch, T_cm, T_cm, y))
     tri_ln_cm_v_kernel<<<mf_cdiv(rows, TRI_TMV), TRI_THREADS, tile_smem_v(Ch), s>>>(
-        y, mean, rstd, T_cm, g, b, M, m0, rows, Ch, use_saved, tri_smask(Ch), tri_lg(Ch));
+        y, mean, rstd, T_cm, g, b, ldm, m0, rows, Ch, use_saved, tri_smask(Ch), tri_lg(Ch));
   else
     tri_ln_cm_kernel<<<mf_cdiv(rows, TRI_TM), TRI_THREADS, tile_smem(Ch), s>>>(
-        y, mean, rstd, T_cm, g, b, M, m0, rows, Ch, use_saved);
+        y, mean, rstd, T_cm, g, b, ldm, m0, rows, Ch, use_saved);
   MF_CHECK_LAUNCH();
 }
 /* Partials of the LN_out backward for a chunk of rows: at most this many (the workspace's
@@ -658,38 +675,39 @@ static void launch_ln_cm(bf16 *y, float *mean, float *rstd, const bf16 *T_cm, co
 static int ln_cm_bwd_parts(int64_t rows) { return (int)mf_cdiv(rows, TRI_TM); }
 static int launch_ln_cm_bwd(bf16 *dT_cm, float *part, const float *dy, const bf16 *T_cm,
                             const float *mean, const float *rstd, const bf16 *g, int64_t M,
-                            int64_t m0, int64_t rows, int Ch, cudaStream_t s) {
+                            int64_t ldm, int64_t m0, int64_t rows, int Ch, cudaStream_t s) {
   const int nw = TRI_THREADS / MF_WARP_SIZE;
-  if (tri_vec_ok(M, m0, rows, Ch, dT_cm, T_cm, dy)) {
+  if (tri_vec_ok(M, ldm, m0, rows, Ch, dT_cm, T_cm, dy)) {
     const int lg = tri_lg(Ch), parts = (int)mf_cdiv(rows, TRI_TMV);
     const size_t smem =
         tile_smem_v(Ch) + (size_t)nw * (MF_WARP_SIZE >> lg) * 2 * Ch * sizeof(float);
     tri_smem_optin((const void *)tri_ln_cm_bwd_v_kernel, smem);
     tri_ln_cm_bwd_v_kernel<<<parts, TRI_THREADS, smem, s>>>(dT_cm, part, dy, T_cm, mean, rstd, g,
-                                                           M, m0, rows, Ch, tri_smask(Ch), lg);
+                                                           ldm, m0, rows, Ch, tri_smask(Ch), lg);
     MF_CHECK_LAUNCH();
     return parts;
   }
   const size_t smem = tile_smem(Ch) + (size_t)nw * 2 * Ch * sizeof(float);
   tri_smem_optin((const void *)tri_ln_cm_bwd_kernel, smem); /* Ch > 128 */
   tri_ln_cm_bwd_kernel<<<ln_cm_bwd_parts(rows), TRI_THREADS, smem, s>>>(
-      dT_cm, part, dy, T_cm, mean, rstd, g, M, m0, rows, Ch);
+      dT_cm, part, dy, T_cm, mean, rstd, g, ldm, m0, rows, Ch);
   MF_CHECK_LAUNCH();
   return ln_cm_bwd_parts(rows);
 }
 static void launch_gate_bwd(bf16 *P4, const bf16 *dA_cm, const bf16 *dB_cm, const uint8_t *pm,
-                            int64_t M, int64_t m0, int64_t rows, int Ch, cudaStream_t s) {
-  if (tri_vec_ok(M, m0, rows, Ch, dA_cm, dB_cm, P4)) {
+                            int64_t M, int64_t ldm, int64_t m0, int64_t rows, int Ch,
+                            cudaStream_t s) {
+  if (tri_vec_ok(M, ldm, m0, rows, Ch, dA_cm, dB_cm, P4)) {
     const size_t smem = 2 * tile_smem_v(Ch);
     tri_smem_optin((const void *)tri_gate_bwd_v_kernel, smem);
     tri_gate_bwd_v_kernel<<<mf_cdiv(rows, TRI_TMV), TRI_THREADS, smem, s>>>(
-        P4, dA_cm, dB_cm, pm, M, m0, rows, Ch, tri_smask(Ch));
+        P4, dA_cm, dB_cm, pm, ldm, m0, rows, Ch, tri_smask(Ch));
   } else if (Ch % 8 == 0)
     tri_gate_bwd_kernel<8><<<mf_cdiv(rows, TRI_TM), TRI_THREADS, tile_smem(Ch), s>>>(
-        P4, dA_cm, dB_cm, pm, M, m0, rows, Ch);
+        P4, dA_cm, dB_cm, pm, ldm, m0, rows, Ch);
   else
     tri_gate_bwd_kernel<1><<<mf_cdiv(rows, TRI_TM), TRI_THREADS, tile_smem(Ch), s>>>(
-        P4, dA_cm, dB_cm, pm, M, m0, rows, Ch);
+        P4, dA_cm, dB_cm, pm, ldm, m0, rows, Ch);
   MF_CHECK_LAUNCH();
 }
 static void launch_out_fwd(bf16 *out, const bf16 *sg, const float *u, const float *mask, int axis,
@@ -716,19 +734,26 @@ static void launch_out_bwd(bf16 *du, bf16 *dgl, const bf16 *dout, const float *g
 
 /* ================================================================ buffers */
 
+/* The channel stride of the channel-major arrays: M = N² rounded up to 8, so every channel
+ * plane starts 16-byte aligned (the vectorised kernels) whatever N is. Columns M .. ldm − 1
+ * are padding: the contraction GEMMs read and write the first M elements of each plane only;
+ * the vectorised kernels may read them and write zeros there. */
+static int64_t tri_ldm(int64_t M) { return (M + 7) / 8 * 8; }
+
 typedef struct {
   float *mu_in, *rs_in;   /* (M) LN_in statistics */
-  bf16 *a, *b, *t;        /* (Ch, M) channel-major A, B, T */
+  bf16 *a, *b, *t;        /* (Ch, ldm) channel-major A, B, T, ldm = tri_ldm(M) */
   float *mu_out, *rs_out; /* (M) LN_out statistics */
 } tri_saved;
 
 static size_t saved_carve(tri_saved *s, void *base, int64_t M, int Ch) {
+  const int64_t ldm = tri_ldm(M);
   mf_carver cv = {(char *)base, 0};
   s->mu_in = (float *)mf_carve(&cv, (size_t)M * sizeof(float));
   s->rs_in = (float *)mf_carve(&cv, (size_t)M * sizeof(float));
-  s->a = (bf16 *)mf_carve(&cv, (size_t)M * Ch * sizeof(bf16));
-  s->b = (bf16 *)mf_carve(&cv, (size_t)M * Ch * sizeof(bf16));
-  s->t = (bf16 *)mf_carve(&cv, (size_t)M * Ch * sizeof(bf16));
+  s->a = (bf16 *)mf_carve(&cv, (size_t)ldm * Ch * sizeof(bf16));
+  s->b = (bf16 *)mf_carve(&cv, (size_t)ldm * Ch * sizeof(bf16));
+  s->t = (bf16 *)mf_carve(&cv, (size_t)ldm * Ch * sizeof(bf16));
   s->mu_out = (float *)mf_carve(&cv, (size_t)M * sizeof(float));
   s->rs_out = (float *)mf_carve(&cv, (size_t)M * sizeof(float));
   return cv.used;
@@ -746,15 +771,20 @@ typedef struct {
   float *part;  /* (max parts, 2·max(C, Ch)) */
   float *mask;  /* (N, C) dropout mask */
   bf16 *sg;     /* (M, C) σ(x·W_gᵀ) (forward); dgl, the gate-logit gradient (backward) */
-  bf16 *dT, *dA, *dB; /* (Ch, M) channel-major gradients (backward) */
+  bf16 *dT, *dA, *dB; /* (Ch, ldm) channel-major gradients (backward), ldm = tri_ldm(M) */
 } tri_ws;
 
+/* Rows per chunk: mf_fusion_chunk_rows (a multiple of 256, or M, unless a test overrides
+ * it) made a multiple of 8 when below M, so every chunk starts on the 8-column grid of the
+ * channel-major arrays and only the last one may have rows % 8 != 0 (tri_vec_ok). */
 static int64_t tri_chunk(int64_t M, int C, int Ch) {
-  return mf_fusion_chunk_rows(M, (size_t)C * 8 + (size_t)Ch * 10);
+  int64_t R = mf_fusion_chunk_rows(M, (size_t)C * 8 + (size_t)Ch * 10);
+  if (R < M) R = R < 8 ? 8 : R / 8 * 8;
+  return R < M ? R : M;
 }
 
 static size_t ws_carve(tri_ws *w, void *base, int N, int C, int Ch) {
-  const int64_t M = (int64_t)N * N, R = tri_chunk(M, C, Ch);
+  const int64_t M = (int64_t)N * N, R = tri_chunk(M, C, Ch), ldm = tri_ldm(M);
   const int cm = C > Ch ? C : Ch;
   int parts = mf_ln_rows_backward_parts(R);
   if (ln_cm_bwd_parts(R) > parts) parts = ln_cm_bwd_parts(R);
@@ -770,9 +800,9 @@ static size_t ws_carve(tri_ws *w, void *base, int N, int C, int Ch) {
   w->part = (float *)mf_carve(&cv, (size_t)parts * 2 * cm * sizeof(float));
   w->mask = (float *)mf_carve(&cv, (size_t)N * C * sizeof(float));
   w->sg = (bf16 *)mf_carve(&cv, (size_t)M * C * sizeof(bf16));
-  w->dT = (bf16 *)mf_carve(&cv, (size_t)M * Ch * sizeof(bf16));
-  w->dA = (bf16 *)mf_carve(&cv, (size_t)M * Ch * sizeof(bf16));
-  w->dB = (bf16 *)mf_carve(&cv, (size_t)M * Ch * sizeof(bf16));
+  w->dT = (bf16 *)mf_carve(&cv, (size_t)ldm * Ch * sizeof(bf16));
+  w->dA = (bf16 *)mf_carve(&cv, (size_t)ldm * Ch * sizeof(bf16));
+  w->dB = (bf16 *)mf_carve(&cv, (size_t)ldm * Ch * sizeof(bf16));
   return cv.used;
 }
 
@@ -798,12 +828,15 @@ static void tri_check(const mf_trimul_cuda_weights *w, int N, int C, int Ch, int
             "trimul_cuda: bad residual dropout spec");
 }
 
-/* T_c = A_c·B_cᵀ (outgoing) or A_cᵀ·B_c (incoming), c < Ch, over (Ch, N, N) buffers. */
+/* T_c = A_c·B_cᵀ (outgoing) or A_cᵀ·B_c (incoming), c < Ch, over channel-major buffers
+ * (Ch, ldm) whose planes hold (N, N) row-major matrices in their first M = N² elements
+ * (leading dimension N, batch stride ldm = tri_ldm(M)): the padding is neither read nor
+ * written. */
 static void contract(const mf_cuda_blas *blas, cudaStream_t s, int ta, int tb, const bf16 *X,
                      const bf16 *Y, bf16 *Z, int N, int Ch) {
-  const int64_t M = (int64_t)N * N;
-  mf_gemm_rm_batched_cuda(blas, s, ta, tb, N, N, N, 1.0f, X, N, M, Y, N, M, 0.0f, Z,
-                          MF_GEMM_OUT_BF16, N, M, Ch);
+  const int64_t ldm = tri_ldm((int64_t)N * N);
+  mf_gemm_rm_batched_cuda(blas, s, ta, tb, N, N, N, 1.0f, X, N, ldm, Y, N, ldm, 0.0f, Z,
+                          MF_GEMM_OUT_BF16, N, ldm, Ch);
 }
 
 /* ================================================================ forward */
@@ -815,7 +848,7 @@ extern "C" void mf_trimul_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
                                        cudaStream_t stream) {
   tri_check(w, N, C, Ch, outgoing, rd);
   MF_ASSERT(out && saved && z && ws, "trimul_forward_cuda: NULL argument");
-  const int64_t M = (int64_t)N * N, R = tri_chunk(M, C, Ch);
+  const int64_t M = (int64_t)N * N, R = tri_chunk(M, C, Ch), ldm = tri_ldm(M);
   const int K = 4 * Ch + C;
   tri_saved s;
   saved_carve(&s, saved, M, Ch);
@@ -832,7 +865,7 @@ extern "C" void mf_trimul_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
                     C, MF_LN_FULL, 0, stream);
     mf_gemm_rm_cuda(blas, stream, 0, 1, rows, K, C, 1.0f, b.xh, C, w->w_cat, C, 0.0f, b.P,
                     MF_GEMM_OUT_BF16, K);
-    launch_gate_fwd(s.a, s.b, b.sg, b.P, pm, M, r0, rows, C, Ch, stream);
+    launch_gate_fwd(s.a, s.b, b.sg, b.P, pm, M, ldm, r0, rows, C, Ch, stream);
   }
   /* the triangular contraction, per channel */
   if (outgoing)
@@ -842,8 +875,8 @@ extern "C" void mf_trimul_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
   /* Δz = σ(g) ⊙ (LN_out(T)·W_zᵀ), optionally out += mask ⊙ Δz */
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
-    launch_ln_cm(b.y, s.mu_out, s.rs_out, s.t, w->ln_out_g, w->ln_out_b, M, r0, rows, Ch, 0,
-                 stream);
+    launch_ln_cm(b.y, s.mu_out, s.rs_out, s.t, w->ln_out_g, w->ln_out_b, M, ldm, r0, rows, Ch,
+                 0, stream);
     mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, Ch, 1.0f, b.y, Ch, w->w_z, Ch, 0.0f, b.u,
                     MF_GEMM_OUT_F32, C);
     launch_out_fwd(out, b.sg, b.u, rd ? b.mask : NULL, rd ? (int)rd->axis : 0, N, r0, rows, C,
@@ -863,7 +896,7 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
                                         cudaStream_t stream) {
   tri_check(w, N, C, Ch, outgoing, rd);
   MF_ASSERT(dz && dout && saved && z && ws, "trimul_backward_cuda: NULL argument");
-  const int64_t M = (int64_t)N * N, R = tri_chunk(M, C, Ch);
+  const int64_t M = (int64_t)N * N, R = tri_chunk(M, C, Ch), ldm = tri_ldm(M);
   const bf16 *w_g = w->w_cat + (int64_t)4 * Ch * C; /* (C, C) */
   float *dw_cat = G(w_cat), *dw_g = dw_cat ? dw_cat + (int64_t)4 * Ch * C : NULL;
   tri_saved s;
@@ -884,8 +917,8 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
                     C, MF_LN_FULL, 1, stream);
     mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, C, 1.0f, b.xh, C, w_g, C, 0.0f, b.gl,
                     MF_GEMM_OUT_F32, C);
-    launch_ln_cm(b.y, s.mu_out, s.rs_out, s.t, w->ln_out_g, w->ln_out_b, M, r0, rows, Ch, 1,
-                 stream);
+    launch_ln_cm(b.y, s.mu_out, s.rs_out, s.t, w->ln_out_g, w->ln_out_b, M, ldm, r0, rows, Ch,
+                 1, stream);
     mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, Ch, 1.0f, b.y, Ch, w->w_z, Ch, 0.0f, b.u,
                     MF_GEMM_OUT_F32, C);
     launch_out_bwd(b.du, dgl, dout, b.gl, b.u, rd ? b.mask : NULL, rd ? (int)rd->axis : 0, N, r0,
@@ -899,7 +932,7 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
     mf_gemm_rm_cuda(blas, stream, 0, 0, rows, Ch, C, 1.0f, b.du, C, w->w_z, Ch, 0.0f, b.dy,
                     MF_GEMM_OUT_F32, Ch);
     const int parts = launch_ln_cm_bwd(b.dT, b.part, b.dy, s.t, s.mu_out, s.rs_out,
-                                       w->ln_out_g, M, r0, rows, Ch, stream);
+                                       w->ln_out_g, M, ldm, r0, rows, Ch, stream);
     mf_ln_param_grad_reduce_cuda(G(ln_out_g), G(ln_out_b), b.part, parts, Ch, stream);
   }
 
@@ -924,7 +957,7 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
                     C, MF_LN_FULL, 1, stream);
     mf_gemm_rm_cuda(blas, stream, 0, 1, rows, K4, C, 1.0f, b.xh, C, w->w_cat, C, 0.0f, b.P,
                     MF_GEMM_OUT_BF16, K4);
-    launch_gate_bwd(b.P, b.dA, b.dB, pm, M, r0, rows, Ch, stream);
+    launch_gate_bwd(b.P, b.dA, b.dB, pm, M, ldm, r0, rows, Ch, stream);
     if (dw_cat)
       mf_gemm_rm_cuda(blas, stream, 1, 0, K4, C, rows, 1.0f, b.P, K4, b.xh, C, 1.0f, dw_cat,
                       MF_GEMM_OUT_F32, C);

@@ -4,16 +4,21 @@
  *
  *   LN_in(z) → bf16 staging chunk → ONE GEMM for the four projections and the output
  *   gate (w_cat (4Ch + C, C) = [W_ap; W_ag; W_bp; W_bg; W_g], the CPU parameter order)
- *   → gate/mask epilogue writing A, B channel-major (Ch, N, N) and σ(x·W_gᵀ)
+ *   → gate/mask epilogue writing A, B channel-major (Ch, ldm) and σ(x·W_gᵀ)
  *   → the contraction as Ch batched N×N GEMMs (cublasGemmStridedBatchedEx, bf16 in,
- *     fp32 accumulate) → T (Ch, N, N)
+ *     fp32 accumulate, batch stride ldm) → T (Ch, ldm)
  *   → LN_out read channel-major, written row-major into a staging chunk → GEMM with W_z
  *   → epilogue out = σ ⊙ u, optionally fused with the residual add and row/column
  *     dropout (mf_resdrop_cuda: out += mask ⊙ Δz).
- * Rows go through in chunks (mf_fusion_chunk_rows, bounded staging); only the
- * contraction sees whole tensors. Saved for the backward (mf_trimul_cuda_saved_bytes): LN_in and LN_out
- * statistics (fp32) and A, B, T (bf16, channel-major); x̂, the projections and the gate
- * are recomputed. dγ/dβ come from ordered per-block partials, weight gradients from
+ * Rows go through in chunks (mf_fusion_chunk_rows, bounded staging, made a multiple of 8
+ * rows except the last chunk); only the contraction sees whole tensors. The channel-major
+ * arrays (A, B, T and the backward's dT, dA, dB) have the channel stride ldm = N² rounded
+ * up to 8: plane c holds the N×N matrix in its first N² elements, then up to 7 padding
+ * elements that no GEMM reads, so every plane starts 16-byte aligned for any N and the
+ * vectorised transposing kernels (variant 1) apply at N % 4 != 0 too (N = 766 ran the
+ * scalar kernels before, 1.8x slower on an H200). Saved for the backward
+ * (mf_trimul_cuda_saved_bytes): LN_in and LN_out statistics (fp32) and A, B, T (bf16,
+ * channel-major); x̂, the projections and the gate are recomputed. dγ/dβ come from ordered per-block partials, weight gradients from
  * GEMMs accumulated chunk after chunk: two runs are bit-identical.
  *
  * Gradient contract (as trimul.h): parameter gradients ACCUMULATE (fp32; a NULL field or
@@ -53,7 +58,7 @@ typedef struct {
   float *w_z;                 /* (C, Ch) */
 } mf_trimul_cuda_grads;
 
-/* Bytes of the saved buffer: statistics 4·N² fp32, A, B, T 3·Ch·N² bf16 (+ alignment). */
+/* Bytes of the saved buffer: statistics 4·N² fp32, A, B, T 3·Ch·ldm bf16 (+ alignment). */
 size_t mf_trimul_cuda_saved_bytes(int N, int Ch);
 /* Bytes of the workspace the forward and the backward take. */
 size_t mf_trimul_cuda_workspace(int N, int C, int Ch);
@@ -76,9 +81,10 @@ void mf_trimul_backward_cuda(__nv_bfloat16 *dz, const mf_trimul_cuda_grads *g,
 
 /* Transposing-kernel variant (for the tests and the benchmark): 1 (default) = the
  * vectorised kernels (64-row tiles, 16-byte accesses on the channel-major and the
- * row-major side, bf16 swizzled shared-memory transposes) for every chunk whose columns are
- * 8-aligned (Ch % 8 == 0, N² % 8 == 0, chunk offset and rows multiples of 8), the scalar
- * 32-row-tile kernels elsewhere; 0 = the scalar kernels everywhere. Same values up to the
+ * row-major side, bf16 swizzled shared-memory transposes) wherever Ch % 8 == 0 (any N: the
+ * chunk offsets are multiples of 8, the last chunk's partial 8-column group goes into the
+ * padding; 16-byte aligned buffers), the scalar 32-row-tile kernels elsewhere; 0 = the
+ * scalar kernels everywhere. Same values up to the
  * summation order of the LN_out statistics and dγ/dβ partials. Returns the previous one. */
 int mf_trimul_cuda_set_variant(int variant);
 
