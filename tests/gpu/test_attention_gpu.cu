@@ -421,7 +421,8 @@ int main(void) {
     run_case(&a, 1, 13);
     const att_case f = {1, 2, 2, 130, 32, 1, 1, 1, 0}; /* the fused pass, 3 query tiles */
     for (int v = 8; v <= 11; v++) run_case(&f, v, 14 + v);
-    run_case_mode(&a, 0, 30, 1); /* strided views */
+    run_case(&f, 12, 26); /* the two-warpgroup fused pass (an odd key-tile count) */
+    run_case_mode(&a, 0, 30, 1); /* strided views, padded bias rows */
     run_case_mode(&b, 0, 31, 2);
     run_case_mode(&f, 1, 32, 2);
     return mf_test_end();
