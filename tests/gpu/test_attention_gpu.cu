@@ -16,7 +16,7 @@
  * second wide matrix whose g columns hold dout (dgate = dout in place, as triangle
  * attention uses it); the results go through the same checks, and every padding column of
  * the output matrices (and dout's columns when there is no gate) must be untouched.
- * MF_ATT_TEST_SMALL=1 runs seven small cases only (for
+ * MF_ATT_TEST_SMALL=1 runs eleven small cases only (for
  * compute-sanitizer memcheck and racecheck). Needs a GPU; not a benchmark. */
 #include <math.h>
 #include <stdio.h>
