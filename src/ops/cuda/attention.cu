@@ -787,6 +787,52 @@ __device__ __forceinline__ void pt_dst(float s[4], float dp[4], const uint32_t b
   }
 }
 
+/* Shared by dkdv_kernel, fused_kernel and fused2_kernel: the K and V A-fragments of this
+ * warp's 16 keys of a (64, DP+8) key tile, whether its keys g and g+8 are valid (Ms, from
+ * load_mask), and the dK, dV accumulators zeroed. */
+template <int DP, bool MMA>
+__device__ __forceinline__ void key_tile_start(uint32_t kf[DP / 16][4], uint32_t vf[DP / 16][4],
+                                               bool &kv0, bool &kv1, float dk[DP / 8][4],
+                                               float dv[DP / 8][4], const bf16 *Ks,
+                                               const bf16 *Vs, const uint8_t *Ms, int warp) {
+  const int gq = (threadIdx.x % MF_WARP_SIZE) >> 2;
+  load_a_frags<DP, MMA>(kf, Ks, warp);
+  load_a_frags<DP, MMA>(vf, Vs, warp);
+  kv0 = Ms[warp * 16 + gq] != 0;
+  kv1 = Ms[warp * 16 + gq + 8] != 0;
+#pragma unroll
+  for (int i = 0; i < DP / 8; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
+}
+
+/* Shared by dkdv_kernel, fused_kernel and fused2_kernel: one query tile's Pᵀ and dSᵀ in
+ * place of Sᵀ and dPᵀ (this warp's 16 keys × 64 queries; pt_dst per n-block, the biasᵀ
+ * fragments by ldmatrix.trans of the (queries, keys) tile bs, two n-blocks per
+ * instruction); ls, ds: the tile's lse·log2e and Di. STORE: dSᵀ also as bf16 into St
+ * (keys, queries; pitch SP), rows of this warp's keys, for the dQ products. */
+template <bool MMA, bool STORE>
+__device__ __forceinline__ void pt_dst_tile(float s[8][4], float dp[8][4], const bf16 *bs,
+                                            const float *ls, const float *ds, bool kv0, bool kv1,
+                                            float scale, bf16 *St, int SP, int warp) {
+  const int lane = threadIdx.x % MF_WARP_SIZE, gq = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nb = 0; nb < 8; nb += 2) {
+    uint32_t bb[4];
+    ldsm_x4<MMA, true>(bb, bs + ((nb + lane / 16) * 8 + lane % 8) * ATT_BP + warp * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      const int n = nb + hh, qc = n * 8 + 2 * t;
+      pt_dst<MMA>(s[n], dp[n], bb + 2 * hh, *reinterpret_cast<const float2 *>(ls + qc),
+                  *reinterpret_cast<const float2 *>(ds + qc), kv0, kv1, scale);
+      if constexpr (STORE) { /* dSᵀ rows (keys) g, g+8 of this warp, queries qc, qc+1 */
+        *reinterpret_cast<uint32_t *>(St + (warp * 16 + gq) * SP + qc) = pack_bf16x2(dp[n][0], dp[n][1]);
+        *reinterpret_cast<uint32_t *>(St + (warp * 16 + gq + 8) * SP + qc) = pack_bf16x2(dp[n][2], dp[n][3]);
+      }
+    }
+  }
+}
+
 /* ------------------------------------------------------------------------------------
  * dK, dV. Grid: B·H·⌈nkb/GK⌉·⌈R/GR⌉ CTAs (r fastest); each warp owns 16 keys of its
  * warpgroup's key tile and computes the transposed products Sᵀ (16 keys, 64 queries) per
@@ -827,10 +873,9 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
   const bf16 *bg = p.bias ? p.bias + ((int64_t)b * p.H + h) * Q * p.bl + k0 : NULL;
   const uint8_t *mg = p.mask ? p.mask + ((int64_t)b * p.R + r) * K : NULL;
   const float *ldg = slab_ld(p, brh);
-  const int warp = threadIdx.x / MF_WARP_SIZE % ATT_WARPS, lane = threadIdx.x % MF_WARP_SIZE;
+  const int warp = threadIdx.x / MF_WARP_SIZE % ATT_WARPS;
   const row_plan<DP> rp(D);
   const bias_plan bp(p.bl);
-  const int gq = lane >> 2, t = lane & 3;
   const int nqb = p.nqb;
 
   auto prefetch = [&](int it, int sn) {
@@ -851,15 +896,9 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
   cp_async_wait<MMA, 0>();
   __syncthreads();
   uint32_t kf[DP / 16][4], vf[DP / 16][4];
-  load_a_frags<DP, MMA>(kf, Ks, warp);
-  load_a_frags<DP, MMA>(vf, Vs, warp);
-  const bool kv0 = Ms[warp * 16 + gq] != 0, kv1 = Ms[warp * 16 + gq + 8] != 0;
-
+  bool kv0, kv1;
   float dk[DP / 8][4], dv[DP / 8][4];
-#pragma unroll
-  for (int i = 0; i < DP / 8; i++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
+  key_tile_start<DP, MMA>(kf, vf, kv0, kv1, dk, dv, Ks, Vs, Ms, warp);
 
   for (int it = 0; it < nqb; it++) {
     const int st = it & 1;
@@ -872,19 +911,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
 
     float s[8][4], dp[8][4];
     s_dp_products<DP, MMA>(s, dp, kf, qs, vf, dos); /* Sᵀ = K·Qᵀ (16 keys, 64 queries), dPᵀ = V·dOᵀ */
-#pragma unroll
-    for (int nb = 0; nb < 8; nb += 2) {
-      /* biasᵀ in C-fragment layout (keys g, g+8; queries 2t, 2t+1): ldmatrix.trans of the
-       * (queries, keys) bias tile, two n-blocks per instruction */
-      uint32_t bb[4];
-      ldsm_x4<MMA, true>(bb, bs + ((nb + lane / 16) * 8 + lane % 8) * ATT_BP + warp * 16 + ((lane / 8) % 2) * 8);
-#pragma unroll
-      for (int hh = 0; hh < 2; hh++) {
-        const int n = nb + hh, qc = n * 8 + 2 * t;
-        pt_dst<MMA>(s[n], dp[n], bb + 2 * hh, *reinterpret_cast<const float2 *>(ls + qc),
-                    *reinterpret_cast<const float2 *>(ds + qc), kv0, kv1, p.scale);
-      }
-    }
+    pt_dst_tile<MMA, false>(s, dp, bs, ls, ds, kv0, kv1, p.scale, NULL, 0, warp);
     mm_pm<DP, MMA>(dv, s, dos);  /* dV += Pᵀ·dO */
     mm_pm<DP, MMA>(dk, dp, qs);  /* dK += dSᵀ·Q */
     __syncthreads();
@@ -1178,7 +1205,6 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
 
   const int Q = p.Q, K = p.K, D = p.D, nqb = p.nqb, nkb = p.nkb;
   const int warp = threadIdx.x / MF_WARP_SIZE, lane = threadIdx.x % MF_WARP_SIZE;
-  const int gq = lane >> 2, t = lane & 3;
   const row_plan<DP> rp(D);
   const bias_plan bp(p.bl);
   const int64_t nslab = (int64_t)p.B * p.R * p.H;
@@ -1219,15 +1245,9 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
       cp_async_wait<MMA, 0>();
       __syncthreads();
       uint32_t kf[DP / 16][4], vf[DP / 16][4];
-      load_a_frags<DP, MMA>(kf, Ks, warp);
-      load_a_frags<DP, MMA>(vf, Vs, warp);
-      const bool kv0 = Ms[warp * 16 + gq] != 0, kv1 = Ms[warp * 16 + gq + 8] != 0;
-
+      bool kv0, kv1;
       float dk[DP / 8][4], dv[DP / 8][4];
-#pragma unroll
-      for (int i = 0; i < DP / 8; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
+      key_tile_start<DP, MMA>(kf, vf, kv0, kv1, dk, dv, Ks, Vs, Ms, warp);
 
       for (int it = 0; it < nqb; it++) {
         const int st = it & 1;
@@ -1249,20 +1269,7 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
 
         float s[8][4], dp[8][4];
         s_dp_products<DP, MMA>(s, dp, kf, qs, vf, dos); /* Sᵀ = K·Qᵀ (16 keys, 64 queries), dPᵀ = V·dOᵀ */
-#pragma unroll
-        for (int nb = 0; nb < 8; nb += 2) {
-          uint32_t bb[4];
-          ldsm_x4<MMA, true>(bb, bs + ((nb + lane / 16) * 8 + lane % 8) * ATT_BP + warp * 16 + ((lane / 8) % 2) * 8);
-#pragma unroll
-          for (int hh = 0; hh < 2; hh++) {
-            const int n = nb + hh, qc = n * 8 + 2 * t;
-            pt_dst<MMA>(s[n], dp[n], bb + 2 * hh, *reinterpret_cast<const float2 *>(ls + qc),
-                        *reinterpret_cast<const float2 *>(ds + qc), kv0, kv1, p.scale);
-            /* dSᵀ rows (keys) g, g+8 of this warp, queries qc, qc+1 */
-            *reinterpret_cast<uint32_t *>(St + (warp * 16 + gq) * SP + qc) = pack_bf16x2(dp[n][0], dp[n][1]);
-            *reinterpret_cast<uint32_t *>(St + (warp * 16 + gq + 8) * SP + qc) = pack_bf16x2(dp[n][2], dp[n][3]);
-          }
-        }
+        pt_dst_tile<MMA, true>(s, dp, bs, ls, ds, kv0, kv1, p.scale, St, SP, warp);
         if constexpr (SCHED != 2) {
           mm_pm<DP, MMA>(dv, s, dos);  /* dV += Pᵀ·dO */
           mm_pm<DP, MMA>(dk, dp, qs);  /* dK += dSᵀ·Q */
@@ -1395,15 +1402,9 @@ __global__ void __launch_bounds__(2 * ATT_THREADS, MINB) fused2_kernel(att_param
       cp_async_wait<MMA, 0>();
       __syncthreads();
       uint32_t kf[DP / 16][4], vf[DP / 16][4];
-      load_a_frags<DP, MMA>(kf, Ks, warp);
-      load_a_frags<DP, MMA>(vf, Vs, warp);
-      const bool kv0 = Ms[warp * 16 + gq] != 0, kv1 = Ms[warp * 16 + gq + 8] != 0;
-
+      bool kv0, kv1;
       float dk[DP / 8][4], dv[DP / 8][4];
-#pragma unroll
-      for (int i = 0; i < DP / 8; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
+      key_tile_start<DP, MMA>(kf, vf, kv0, kv1, dk, dv, Ks, Vs, Ms, warp);
 
       for (int it = 0; it < nqb; it++) {
         const int st = it & 1;
@@ -1418,19 +1419,7 @@ __global__ void __launch_bounds__(2 * ATT_THREADS, MINB) fused2_kernel(att_param
 
         float s[8][4], dp[8][4];
         s_dp_products<DP, MMA>(s, dp, kf, qs, vf, dos); /* Sᵀ = K·Qᵀ (16 keys, 64 queries), dPᵀ = V·dOᵀ */
-#pragma unroll
-        for (int nb = 0; nb < 8; nb += 2) {
-          uint32_t bb[4];
-          ldsm_x4<MMA, true>(bb, bs + ((nb + lane / 16) * 8 + lane % 8) * ATT_BP + warp * 16 + ((lane / 8) % 2) * 8);
-#pragma unroll
-          for (int hh = 0; hh < 2; hh++) {
-            const int n = nb + hh, qc = n * 8 + 2 * t;
-            pt_dst<MMA>(s[n], dp[n], bb + 2 * hh, *reinterpret_cast<const float2 *>(ls + qc),
-                        *reinterpret_cast<const float2 *>(ds + qc), kv0, kv1, p.scale);
-            *reinterpret_cast<uint32_t *>(St + (warp * 16 + gq) * SP + qc) = pack_bf16x2(dp[n][0], dp[n][1]);
-            *reinterpret_cast<uint32_t *>(St + (warp * 16 + gq + 8) * SP + qc) = pack_bf16x2(dp[n][2], dp[n][3]);
-          }
-        }
+        pt_dst_tile<MMA, true>(s, dp, bs, ls, ds, kv0, kv1, p.scale, St, SP, warp);
         mm_pm<DP, MMA>(dv, s, dos); /* dV += Pᵀ·dO */
         mm_pm<DP, MMA>(dk, dp, qs); /* dK += dSᵀ·Q */
         __syncthreads();            /* both warpgroups' dSᵀ complete */
