@@ -154,10 +154,10 @@ static void row(const char *op, int N, const char *pass, float ms, double bytes,
  * op[mma] (2) with extra bytes x0, x1, x2; then the variant it found is set again. */
 static void fwd_variants(const char *op, int N, bench_fn fn, void *ctx, double bytes, double flops,
                          double x0, double x1, double x2) {
-  static const char *const tag[3] = {"wmma", "staging", "mma"};
-  const double extra[3] = {x0, x1, x2};
+  static const char *const tag[4] = {"wmma", "staging", "mma", "wgmma"};
+  const double extra[4] = {x0, x1, x2, x2};
   const int def = mf_ln_linear_cuda_get_variant();
-  for (int v = 0; v < 3; v++) {
+  for (int v = 0; v < 4; v++) { /* 3 = 2 except for the transition (its wgmma kernel) */
     char name[64];
     snprintf(name, sizeof name, "%s[%s]", op, tag[v]);
     mf_ln_linear_cuda_set_variant(v);

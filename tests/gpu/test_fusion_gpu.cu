@@ -5,7 +5,8 @@
  * dropout, forward and every gradient, by relative error on bf16-representable random
  * inputs (tolerance 1e-2 for every output and gradient; the errors seen on an H200 were
  * at most 7.6e-3). LayerNorm + Linear, the gated projection and the transition run in
- * both forward variants (staging + cuBLAS, and the fused custom kernel). Sizes are not
+ * every forward variant (staging + cuBLAS, the fused custom kernels; the transition also
+ * as the wgmma kernel, variant 3). Sizes are not
  * tile multiples (M = 7, 129, 300, 4099; N = 7, 9, 33, 65; widths 20, 36, 40 that are
  * not multiples of 8); the larger cases also run with 256- or 1024-row chunks so the
  * multi-chunk paths (partial last chunk, accumulated weight gradients) are exercised. The
@@ -408,7 +409,9 @@ static void test_transition_inplace(int64_t M, int C, int Hd, mf_ln_mode mode, u
   raw_set runs[2] = {};
   snprintf(what, sizeof what, "transition in place (out = inp += T) M=%lld C=%d Hd=%d %s variant=%d%s",
            (long long)M, C, Hd, mode_name(mode), variant,
-           variant == 2 && mf_transition_fused_supported(C, Hd, mode, z_d, z_d, Wab_d, Wo_d)
+           variant == 3 && mf_transition_wg_supported(C, Hd, mode, z_d, z_d, Wab_d, Wo_d)
+               ? " [wgmma kernel]"
+           : variant >= 2 && mf_transition_fused_supported(C, Hd, mode, z_d, z_d, Wab_d, Wo_d)
                ? " [fused kernel]" : "");
   for (int run = 0; run < 2; run++) {
     up_bf16(z_d, x, M * C);
@@ -728,7 +731,7 @@ int main(void) {
   }
   mf_ln_linear_cuda_set_variant(default_variant);
 
-  for (int v = 0; v < 3; v++) {
+  for (int v = 0; v < 4; v++) { /* 3: the wgmma kernel (C = 128) */
     test_transition(7, 128, 512, MF_LN_FULL, 0, 0, s += 20, v);
     test_transition(300, 128, 512, MF_LN_FULL, 1, 0, s += 20, v);
     test_transition(4099, 128, 512, MF_LN_FULL, 0, 1024, s += 20, v);
@@ -739,8 +742,10 @@ int main(void) {
     test_transition(129, 256, 192, MF_LN_SCALE, 0, 0, s += 20, v);
     test_transition(1000, 64, 128, MF_LN_SCALE, 1, 0, s += 20, v);
     test_transition(300, 128, 192, MF_LN_IDENTITY, 0, 0, s += 20, v);
+    if (v >= 2) /* more 128-row tiles than an H200's 132 persistent CTAs */
+      test_transition(17000, 128, 512, MF_LN_SCALE, 1, 0, s += 20, v);
   }
-  for (int v = 1; v < 3; v++) {
+  for (int v = 1; v < 4; v++) {
     test_transition_inplace(4099, 128, 512, MF_LN_FULL, s += 20, v);
     test_transition_inplace(300, 64, 256, MF_LN_NONE, s += 20, v);
     test_transition_inplace(300, 384, 1536, MF_LN_FULL, s += 20, v); /* fallback */

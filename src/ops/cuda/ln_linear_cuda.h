@@ -85,7 +85,7 @@ void mf_f32_to_bf16_cuda(__nv_bfloat16 *dx, const float *dy, int64_t n, cudaStre
 
 /* ---------------------------------------------------------------- forward variants */
 /* The forwards of LayerNorm + Linear, the gated projection and the transition run as
- *   variant 2 (default): the mma.sync kernels of ln_gemm.cu (ln_gemm_cuda.h) — one
+ *   variant 2: the mma.sync kernels of ln_gemm.cu (ln_gemm_cuda.h) — one
  *             persistent kernel per op: LN of 64-row tiles in registers → bf16 x̂ in shared
  *             memory → GEMM against W resident in shared memory → epilogue (bias; mask ⊙
  *             σ(g) ⊙ p) → 16-byte stores; the transition as ONE kernel with the 4c hidden
@@ -97,6 +97,10 @@ void mf_f32_to_bf16_cuda(__nv_bfloat16 *dx, const float *dy, int64_t n, cudaStre
  *             ln_linear 0.147 ms (variant 1: 0.245), gated O = 128: 0.252 (0.410),
  *             transition Hd = 512: 0.967 (1.278); at M = 384²: 0.048 / 0.079 / 0.259
  *             (0.068 / 0.112 / 0.333).
+ *   variant 3 (default): variant 2, with the transition as the wgmma kernel of
+ *             transition_wg.cu (sm_90a; C = 128) where mf_transition_wg_supported().
+ *             Measured on an H200 (2026-11-30, bench/evofusion, C = 128, Hd = 512):
+ *             0.658 ms at M = 768² (variant 2: 0.972), 0.177 ms at M = 384² (0.259);
  *   variant 1: LN into a bf16 staging chunk + cuBLAS GEMM + epilogue kernel;
  *   variant 0: the first custom kernel, one per 128-row tile — LN into shared memory,
  *             WMMA tile by tile over W, epilogue; used when C % 64 == 0, C <= 256,

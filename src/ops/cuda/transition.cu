@@ -126,8 +126,14 @@ extern "C" void mf_transition_forward_cuda(bf16 *out, float *mean, float *rstd, 
                                            cudaStream_t stream) {
   tr_check(M, C, Hd, mode, mean, rstd, gamma, beta);
   if (M == 0) return;
-  if (mf_ln_linear_cuda_get_variant() == 2 &&
-      mf_transition_fused_supported(C, Hd, mode, inp, out, w_ab, w_o)) {
+  const int variant = mf_ln_linear_cuda_get_variant();
+  if (variant == 3 && mf_transition_wg_supported(C, Hd, mode, inp, out, w_ab, w_o)) {
+    /* variant 3: the whole transition in one wgmma kernel (transition_wg.cu) */
+    mf_transition_wg_forward_cuda(out, mean, rstd, inp, gamma, beta, w_ab, w_o, M, C, Hd, mode,
+                                  accumulate, stream);
+    return;
+  }
+  if (variant >= 2 && mf_transition_fused_supported(C, Hd, mode, inp, out, w_ab, w_o)) {
     /* variant 2: the whole transition in one kernel (ln_gemm.cu), no workspace */
     mf_transition_fused_forward_cuda(out, mean, rstd, inp, gamma, beta, w_ab, w_o, M, C, Hd, mode,
                                      accumulate, stream);

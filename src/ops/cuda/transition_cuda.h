@@ -4,7 +4,13 @@
  *   x̂ = LN(inp);  [a | b] = x̂·w_abᵀ  (ONE GEMM, w_ab (2Hd, C) = [W_a; W_b]);
  *   h = silu(a) ⊙ b;  out (+)= h·W_oᵀ  (beta = 1 for the residual)
  * What runs (mf_ln_linear_cuda_set_variant, ln_linear_cuda.h):
- *   variant 2 (default): the whole forward as ONE persistent kernel
+ *   variant 3 (default): at C = 128 (Hd % 64 == 0, Hd >= 128, 16-byte aligned) the
+ *     forward as ONE persistent wgmma kernel (mf_transition_wg_forward_cuda,
+ *     transition_wg.cu; the same structure as variant 2's kernel with the hidden chunk
+ *     kept in registers as wgmma A fragments): 0.658 ms at M = 768² (variant 2 0.972,
+ *     352 vs 239 TFLOP/s), 0.177 ms at M = 384² (0.259); H200, 2026-11-30. Other shapes
+ *     as variant 2;
+ *   variant 2: the whole forward as ONE persistent kernel
  *     (mf_transition_fused_forward_cuda, ln_gemm.cu) where C is 64 or 128, Hd % 64 == 0,
  *     Hd >= 128 and the pointers are 16-byte aligned: per 128-row tile LN → x̂ in shared
  *     memory, then per 64 hidden channels [a | b] = x̂·[W_a; W_b]ᵀ, h = silu(a) ⊙ b in

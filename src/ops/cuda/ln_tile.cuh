@@ -1,0 +1,138 @@
+/* ln_tile.cuh — the row-tile pieces shared by EvoFusion's fused forward kernels
+ * (ln_gemm.cu: mma.sync; transition_wg.cu: wgmma): the 16-byte cp.async, a warp-uniform
+ * warp index, LayerNorm of a 128-row tile in shared memory (x̂ into a padded tile or into
+ * the swizzled wgmma operand layout), the per-lane γ/β and the cp.async load of a raw row
+ * tile. Not a public header; C code never includes it. */
+#ifndef MF_OPS_CUDA_LN_TILE_CUH
+#define MF_OPS_CUDA_LN_TILE_CUH
+
+#include "fusion_util.cuh"
+#include "ops/layernorm.h"
+#include "wgmma_ptx.cuh"
+
+#define LG_BM 128 /* rows per tile */
+
+static __device__ __forceinline__ void lg_cp16(void *smem, const void *gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(mf_smem_u32(smem)), "l"(gmem)
+               : "memory");
+}
+
+/* The warp index as a value the compiler knows to be warp-uniform. */
+static __device__ __forceinline__ int lg_warp_id(void) {
+  return __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 5), 0);
+}
+
+/* Rows 16·warp .. 16·warp + 15 of the raw tile xs (LG_BM, C) (rows m0 + r of x) into
+ * xa (LG_BM, C + 8) as bf16 x̂ (SWZ: into the wgmma operand layout of wgmma_ptx.cuh, C/64
+ * blocks of LG_BM rows); mean, rstd written for rows < M (not for IDENTITY). Lane
+ * channels are pairs strided by 64 (c = 64·i + 2·lane): conflict-free shared accesses.
+ * RG rows at a time, so that their warp reductions interleave (latency, not throughput,
+ * bounds a lone row's shuffles). Rows ≥ M become zeros (never stored downstream).
+ * g, bb: γ, β of the lane's channels (1 and 0 where the mode has none). */
+template <int C, bool SWZ = false>
+static __device__ __forceinline__ void lg_ln_tile(bf16 *__restrict__ xa, const bf16 *__restrict__ xs,
+                                                  float *__restrict__ mean, float *__restrict__ rstd,
+                                                  int64_t m0, int64_t M, const float *g,
+                                                  const float *bb, int mode, int warp, int lane) {
+  constexpr int NP = C / 64, LDA = C + 8, RG = C <= 128 ? 8 : 4;
+  constexpr float inv_c = 1.0f / (float)C;
+#pragma unroll 1
+  for (int grp = 0; grp < 16 / RG; grp++) {
+    const int r0 = warp * 16 + grp * RG;
+    float v[RG][2 * NP];
+#pragma unroll
+    for (int k = 0; k < RG; k++) {
+      const bool ok = m0 + r0 + k < M;
+      const __nv_bfloat162 *src = (const __nv_bfloat162 *)(xs + (r0 + k) * C);
+#pragma unroll
+      for (int i = 0; i < NP; i++) {
+        const __nv_bfloat162 p = src[32 * i + lane];
+        v[k][2 * i] = ok ? __low2float(p) : 0.0f;
+        v[k][2 * i + 1] = ok ? __high2float(p) : 0.0f;
+      }
+    }
+    if (mode != MF_LN_IDENTITY) {
+      float s[RG], q[RG];
+#pragma unroll
+      for (int k = 0; k < RG; k++) {
+        s[k] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2 * NP; i++) s[k] += v[k][i];
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int k = 0; k < RG; k++) s[k] += __shfl_xor_sync(0xffffffffu, s[k], o);
+#pragma unroll
+      for (int k = 0; k < RG; k++) {
+        s[k] *= inv_c; /* the mean */
+        q[k] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2 * NP; i++) q[k] += (v[k][i] - s[k]) * (v[k][i] - s[k]);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int k = 0; k < RG; k++) q[k] += __shfl_xor_sync(0xffffffffu, q[k], o);
+      float my_mu = 0.0f, my_rs = 0.0f; /* lane k keeps row k's statistics */
+#pragma unroll
+      for (int k = 0; k < RG; k++) {
+        const float rs = rsqrtf(q[k] * inv_c + (float)MF_LN_EPS);
+        my_mu = lane == k ? s[k] : my_mu;
+        my_rs = lane == k ? rs : my_rs;
+        const float keep = m0 + r0 + k < M ? 1.0f : 0.0f; /* rows ≥ M: zeros */
+#pragma unroll
+        for (int i = 0; i < 2 * NP; i++) v[k][i] = ((v[k][i] - s[k]) * rs * g[i] + bb[i]) * keep;
+      }
+      const int64_t r = m0 + r0 + lane;
+      if (mean && lane < RG && r < M) {
+        mean[r] = my_mu;
+        rstd[r] = my_rs;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < RG; k++) {
+      if (SWZ) { /* 64-channel block i of row r at i·LG_BM·128 bytes, 128-byte swizzle */
+        const int r = r0 + k;
+#pragma unroll
+        for (int i = 0; i < NP; i++)
+          *(__nv_bfloat162 *)((unsigned char *)xa + i * LG_BM * 128 + mf_sw128(r, 2 * lane)) =
+              __floats2bfloat162_rn(v[k][2 * i], v[k][2 * i + 1]);
+      } else {
+        __nv_bfloat162 *dst = (__nv_bfloat162 *)(xa + (r0 + k) * LDA);
+#pragma unroll
+        for (int i = 0; i < NP; i++)
+          dst[32 * i + lane] = __floats2bfloat162_rn(v[k][2 * i], v[k][2 * i + 1]);
+      }
+    }
+  }
+}
+
+template <int C>
+static __device__ __forceinline__ void lg_ln_params(float *g, float *bb, const bf16 *gamma,
+                                                    const bf16 *beta, int mode, int lane) {
+#pragma unroll
+  for (int i = 0; i < 2 * (C / 64); i++) {
+    const int c = 64 * (i / 2) + 2 * lane + (i & 1);
+    g[i] = (mode == MF_LN_FULL || mode == MF_LN_SCALE) ? mf_bf16_to_f32(gamma[c]) : 1.0f;
+    bb[i] = mode == MF_LN_FULL ? mf_bf16_to_f32(beta[c]) : 0.0f;
+  }
+}
+
+/* Raw rows of tile t (bm rows) of x (M, C) into xs (bm, C) by cp.async (rows ≥ M skipped),
+ * by the 2·bm threads tid = 0.. of a warp group (C/16 pieces of 16 bytes each). */
+template <int C>
+static __device__ __forceinline__ void lg_load_tile(bf16 *xs, const bf16 *__restrict__ x,
+                                                    int64_t t, int64_t ntiles, int64_t M, int bm,
+                                                    int tid) {
+  if (t >= ntiles) return;
+  const int64_t m0 = t * bm;
+  const int rows = (int)(M - m0 < bm ? M - m0 : bm);
+#pragma unroll
+  for (int i = 0; i < C / 16; i++) { /* fixed trip count: no remainder code */
+    const int idx = tid + i * 2 * bm;
+    if (idx < rows * (C / 8)) lg_cp16(xs + idx * 8, x + m0 * C + (int64_t)idx * 8);
+  }
+}
+
+#endif

@@ -1,0 +1,107 @@
+/* wgmma_ptx.cuh — the Hopper (sm_90a) warpgroup-MMA wrappers of EvoFusion's wgmma kernels:
+ * the 128-byte-swizzled K-major shared-memory operand layout, its matrix descriptor,
+ * wgmma.mma_async m64n64k16 / m64n128k16 (bf16 in, fp32 accumulate; A from shared memory
+ * or from registers), fence / commit / wait, and the generic→async proxy fence. Written by
+ * hand (PTX ISA 8.x, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate") rather than
+ * through CUTLASS/CuTe: four instructions and one layout are all we use, and the project's
+ * dependencies stay C-callable libraries. Not a public header; C code never includes it.
+ *
+ * Operand layout (both A and B are "K-major": each row holds consecutive k): a tile of
+ * R rows × K bf16 is stored as K/64 blocks of R × 64; inside a block row r occupies bytes
+ * r·128 .. r·128 + 127 with its eight 16-byte chunks permuted by chunk ^= r % 8 (the
+ * 128-byte swizzle), so a block's 8-row groups are 1024 bytes apart. Blocks must start on
+ * 1024-byte boundaries. The descriptor of rows r0.. (r0 % 8 == 0) at k-step kk (16 columns)
+ * of block kb is mf_wg_desc(block_base + r0·128 + kk·32); wgmma reads 64 (A) or N (B)
+ * rows from it. */
+#ifndef MF_OPS_CUDA_WGMMA_PTX_CUH
+#define MF_OPS_CUDA_WGMMA_PTX_CUH
+
+#include <stdint.h>
+
+#include "mma_ptx.cuh"
+
+/* Byte offset of element (r, c), c < 64, inside one swizzled 64-column block. */
+static __device__ __forceinline__ uint32_t mf_sw128(int r, int c) {
+  return (uint32_t)(r * 128 + ((((c >> 3) ^ r) & 7) << 4) + (c & 7) * 2);
+}
+/* The same for the 16-byte chunk ch (0..7) of row r. */
+static __device__ __forceinline__ uint32_t mf_sw128_chunk(int r, int ch) {
+  return (uint32_t)(r * 128 + (((ch ^ r) & 7) << 4));
+}
+
+/* Matrix descriptor of a swizzled K-major operand starting at shared address saddr:
+ * start address >> 4 (bits 0–13), leading-dimension byte offset 16 (unused by swizzled
+ * K-major layouts, bits 16–29), stride byte offset 1024 between 8-row groups (bits 32–45),
+ * base offset 0, swizzle mode 1 = 128 bytes (bits 62–63). */
+static __device__ __forceinline__ uint64_t mf_wg_desc(uint32_t saddr) {
+  return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+         ((uint64_t)1 << 62);
+}
+
+/* Orders this thread's earlier register writes (accumulators, A fragments) before the
+ * warpgroup's next wgmma. */
+static __device__ __forceinline__ void mf_wg_fence(void) {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+static __device__ __forceinline__ void mf_wg_commit(void) {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+/* Waits until at most N committed wgmma groups of this warpgroup are pending. */
+template <int N>
+static __device__ __forceinline__ void mf_wg_wait(void) {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Keeps the compiler from moving reads or writes of d across a wgmma wait/issue: the
+ * registers a pending wgmma writes are not operands of the wait instruction. */
+template <int R>
+static __device__ __forceinline__ void mf_wg_pin(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+/* Makes this thread's generic-proxy shared-memory writes (st.shared, cp.async after its
+ * wait) visible to the async proxy that wgmma reads through; then a barrier. */
+static __device__ __forceinline__ void mf_fence_proxy_async(void) {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* Accumulator layout (n = 64 or 128; the same as mma.sync's m16n8 C fragments): thread
+ * 32·w + l of the warpgroup holds d[4i + 0, 1] = (row 16·w + l/4, columns 8·i + 2·(l%4) + 0, 1)
+ * and d[4i + 2, 3] = (row 16·w + l/4 + 8, the same columns), i = 0 .. n/8 − 1. */
+/* d (64 × 64 fp32, the warpgroup's fragments) (+)= A·Bᵀ, A (64 × 16) and B (64 × 16) bf16
+ * K-major in shared memory (descriptors); acc = 0 overwrites d. */
+static __device__ __forceinline__ void mf_wg_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(acc));
+}
+/* The same with A from registers: a = the m64k16 A fragment (4 × bf16x2, mma.sync's
+ * m16k16 layout for the thread's warp's 16 rows). */
+static __device__ __forceinline__ void mf_wg_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+/* d (64 × 128 fp32, the warpgroup's fragments) (+)= A·Bᵀ, A (64 × 16) and B (128 × 16) bf16
+ * K-major in shared memory (descriptors); acc = 0 overwrites d. */
+static __device__ __forceinline__ void mf_wg_ss_n128(float (&d)[64], uint64_t da, uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(acc));
+}
+/* The same with A from registers: a = the m64k16 A fragment (4 × bf16x2, mma.sync's
+ * m16k16 layout for the thread's warp's 16 rows). */
+static __device__ __forceinline__ void mf_wg_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+#endif
