@@ -21,6 +21,7 @@
 #include "ops/cuda/dropout_cuda.h"
 #include "ops/cuda/gemm_cuda.h"
 #include "ops/cuda/gpu.h"
+#include "ops/cuda/ln_gemm_bwd_cuda.h"
 #include "ops/cuda/ln_linear_cuda.h"
 #include "ops/cuda/transition_cuda.h"
 #include "ops/cuda/trimul_cuda.h"
@@ -218,6 +219,16 @@ static void bench_n(int N) {
   tr_fwd(&p);
   row("transition", N, "fwd", median_ms(tr_fwd, &p), 2 * act, fl_tr, (double)p.wsb + 8.0 * M);
   row("transition", N, "bwd", median_ms(tr_bwd, &p), 3 * act, 2 * fl_tr, (double)p.wsb);
+  { /* the backward's paths side by side (ln_gemm_bwd_cuda.h configurations) */
+    static const int cfg[3] = {0, 6, 8};
+    static const char *const tag[3] = {"transition[staging]", "transition[light6]", "transition[wgmma]"};
+    const int def = mf_ln_gemm_bwd_set_variant(-1);
+    for (int v = 0; v < 3; v++) {
+      mf_ln_gemm_bwd_set_variant(cfg[v]);
+      row(tag[v], N, "bwd", median_ms(tr_bwd, &p), 3 * act, 2 * fl_tr, (double)p.wsb);
+    }
+    mf_ln_gemm_bwd_set_variant(def);
+  }
   MF_CHECK_CUDA(cudaFree(p.ws));
   MF_CHECK_CUDA(cudaFree(p.w1));
   MF_CHECK_CUDA(cudaFree(p.w2));

@@ -39,11 +39,13 @@ static mf_cuda_blas g_blas;
 typedef struct {
   int64_t M;
   int op; /* 0 ln_linear, 1 gated, 2 transition, 3 transition adding in place, 4 fused kernel
-             alone (transition), 5 the transition's two dW GEMMs alone */
+             alone (transition), 5 the transition's two dW GEMMs alone, 6 the wgmma kernel
+             (configuration 8) alone with parts switched off */
   mf_bf16_t *x, *dout, *out, *dx, *g, *b, *w1, *w2;
   float *mean, *rstd, *dg, *db, *dw1, *dw2;
   void *ws;
   size_t wsb;
+  int wg_mask; /* op 6 */
 } prob;
 
 static void run(prob *p) {
@@ -77,6 +79,17 @@ static void run(prob *p) {
     mf_ln_gemm_bwd_cuda(MF_LGB_SWIGLU, light ? NULL : p->dx, 0, light ? NULL : part, y, ab, h,
                         NULL, p->dout, p->mean, p->rstd, p->x, p->g, p->b, p->w1, p->w2, NULL, M,
                         C, HD, MF_LN_FULL, 0);
+    break;
+  }
+  case 6: /* the wgmma kernel (configuration 8) alone, parts switched off by p->wg_mask:
+             1 no y / s1 / s2 stores, 2 no dinp / partials (no dy, no LN backward) */
+  {
+    mf_bf16_t *y = (mf_bf16_t *)p->ws, *ab = y + M * C, *h = ab + M * 2 * HD;
+    float *part = (float *)(h + M * HD);
+    const int ns = p->wg_mask & 1, nd = p->wg_mask & 2;
+    mf_transition_bwd_wg_cuda(nd ? NULL : p->dx, 0, nd ? NULL : part, ns ? NULL : y, ns ? NULL : ab,
+                              ns ? NULL : h, NULL, p->dout, p->mean, p->rstd, p->x, p->g, p->b,
+                              p->w1, p->w2, M, C, HD, MF_LN_FULL, 0);
     break;
   }
   case 5: {
@@ -263,6 +276,15 @@ static void lab_n(int N) {
     else if (tv < tk) tk = tv;
   }
   mf_ln_gemm_bwd_set_variant(-1);
+  {
+    static const char *const part_name[4] = {"all", "no y/s1/s2 stores", "no dy/LN backward",
+                                             "neither"};
+    p.op = 6;
+    for (int mk = 0; mk < 4; mk++) {
+      p.wg_mask = mk;
+      printf("transition N=%4d  wgmma kernel [8] alone, %s: %.3f ms\n", N, part_name[mk], time_one(&p));
+    }
+  }
   p.op = 5;
   const float tg = time_one(&p);
   /* the light kernels' (4..6) FLOPs: [a|b] and dh only; the rest of their backward is the

@@ -20,7 +20,7 @@
  * (src/ops/cuda/ln_gemm_bwd.cu: C 64/128, widths % 64 == 0; M not a multiple of its
  * 128-row tile, M = 1, masks, FULL/SCALE/NONE, several chunks, the adding transition
  * backward in place) with that kernel (its three configurations and, for the transition,
- * the two light ones; it is opt-in) and with
+ * the three light ones and the wgmma kernel, configuration 8; it is opt-in) and with
  * staging + cuBLAS (the default), and the transition backward with gradients skipped
  * (NULL) must reproduce the full call's bits for the gradients it computes. Needs a GPU;
  * not a benchmark. */
@@ -762,7 +762,8 @@ int main(void) {
    * default.
    * M not a multiple of the 128-row tile, masks, FULL/SCALE/NONE, multi-chunk, the adding
    * transition backward in place (dinp = dout), gradients skipped. */
-  for (int bv = 6; bv >= 0; bv--) { /* configurations 6, 5, 4 (light), 3, 2, 1; staging */
+  for (int bv = 8; bv >= 0; bv--) { /* 8 (wgmma), 6, 5, 4 (light), 3, 2, 1; staging */
+    if (bv == 7) continue;
     mf_ln_gemm_bwd_set_variant(bv);
     printf("test_fusion_gpu: backward configuration %d (mf_ln_gemm_bwd_set_variant)\n", bv);
     if (bv <= 3) {
@@ -781,6 +782,12 @@ int main(void) {
     test_transition_null(1000, 128, 512, MF_LN_FULL, s += 20);
     test_transition_null(300, 64, 128, MF_LN_SCALE, s += 20);
     test_transition(1, 128, 128, MF_LN_FULL, 1, 0, s += 20, 1); /* one row, in place */
+    if (bv == 8) { /* the wgmma kernel: more tiles than SMs, in place, every LN mode */
+      test_transition(17000, 128, 512, MF_LN_FULL, 1, 0, s += 20, 3);
+      test_transition(17000, 128, 256, MF_LN_SCALE, 0, 0, s += 20, 3);
+      test_transition(300, 128, 512, MF_LN_NONE, 1, 0, s += 20, 3);
+      test_transition_null(4099, 128, 512, MF_LN_SCALE, s += 20);
+    }
   }
   mf_ln_gemm_bwd_set_variant(-1);
 

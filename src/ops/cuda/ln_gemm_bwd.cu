@@ -63,8 +63,11 @@
  * sigmoid, two CTAs per SM; 6 = 8 warps of 32 rows (two m16 tiles: 256-row tiles, each
  * B fragment feeds four mma instead of two), chunks of 32, fast sigmoid, one CTA per SM
  * (216 KiB of shared memory at C = 128). */
-#define LGB_NVAR 6 /* the largest configuration number */
+#define LGB_NVAR 8 /* the largest configuration number */
 static int lgb_is_light(int var) { return var >= 4 && var <= 6; }
+/* Configuration 8: the SWIGLU backward as the wgmma kernel of transition_bwd_wg.cu (C = 128;
+ * the other kinds run staging under it). */
+#define LGB_WG_SWIGLU 8
 /* Defaults per kind (LINEAR, GATED, SWIGLU): 0 = staging + cuBLAS, because every
  * configuration measured slower (see the file comment). */
 #define LGB_DEFAULTS {0, 0, 0}
@@ -92,6 +95,9 @@ static int lgb_shape_ok(int kind, int C, int O, mf_ln_mode mode, const void *p0,
 
 extern "C" int mf_ln_gemm_bwd_supported(int kind, int C, int O, mf_ln_mode mode, const void *p0,
                                         const void *p1, const void *p2, const void *p3) {
+  if (kind >= 0 && kind <= 2 && g_lgb_variant[kind] == LGB_WG_SWIGLU)
+    return kind == MF_LGB_SWIGLU && mf_transition_bwd_wg_supported(C, O, mode) &&
+           lgb_shape_ok(kind, C, O, mode, p0, p1, p2, p3);
   return kind >= 0 && kind <= 2 && g_lgb_variant[kind] &&
          (kind == MF_LGB_SWIGLU || !lgb_is_light(g_lgb_variant[kind])) &&
          lgb_shape_ok(kind, C, O, mode, p0, p1, p2, p3);
@@ -666,6 +672,10 @@ extern "C" int mf_ln_gemm_bwd_cuda(int kind, bf16 *dinp, int add, float *part, b
   MF_ASSERT(lgb_aligned(y) && lgb_aligned(s1) && lgb_aligned(s2) && lgb_aligned(dcopy),
             "ln_gemm_bwd: y, s1, s2 and dcopy must be 16-byte aligned");
   if (rows <= 0) return 0;
+  if (var == LGB_WG_SWIGLU && kind == MF_LGB_SWIGLU && mf_transition_bwd_wg_supported(C, O, mode))
+    return mf_transition_bwd_wg_cuda(dinp, add, part, y, s1, s2, dcopy, dout, mean, rstd, inp,
+                                     gamma, beta, w, w_o, rows, C, O, mode, stream);
+  if (var == LGB_WG_SWIGLU) var = 3;
   lgb_params p = {dinp, part, y, s1, s2, dcopy, dout, mean, rstd, inp, gamma, beta, w, w_o, mask,
                   rows, O, (int)mode, add};
 #define LGB_CFG(C_, K_, W_, BN_, F_, MB_) \

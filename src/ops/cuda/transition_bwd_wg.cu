@@ -1,0 +1,424 @@
+/* transition_bwd_wg.cu — the SwiGLU transition's backward as one persistent wgmma kernel
+ * (sm_90a, C = 128): configuration 8 of ln_gemm_bwd_cuda.h (kind MF_LGB_SWIGLU), with the
+ * contract of mf_ln_gemm_bwd_cuda — it forms dinp (and per-CTA dγ/dβ partials) on chip and
+ * writes what the caller's cuBLAS weight-gradient GEMMs need: y = LN(inp), s1 = [da | db]
+ * and s2 = h (bf16). Not the weight gradients, not a forward, not the CPU reference.
+ *
+ * A CTA is two warpgroups over 128-row tiles, 64 rows each. Per tile: the raw rows and
+ * dout (cp.async'd during the previous tile's last chunk) give y = LN(x) from the saved
+ * (mean, rstd) into the swizzled operand layout (wgmma_ptx.cuh) and to global y; then per
+ * chunk j of 64 hidden channels, each warpgroup
+ *   [a | b] (64 × 128 fp32) = y·[W_a; W_b]_jᵀ      wgmma, B = the [W_a; W_b] chunk K-major;
+ *   dh (64 × 64 fp32)       = dout·W_o[:, j]       wgmma, B = the W_o chunk read MN-major
+ *                                                  (the same shared tile the forward reads
+ *                                                  K-major: no transposed copy);
+ *   h, da = dh·b·σ(a)(1 + a(1 − σ(a))), db = dh·silu(a) in registers; h and [da | db]
+ *   stored (bf16) for the weight gradients; [da | db] packed into bf16 A fragments;
+ *   dy (64 × 128 fp32) += [da | db]·[W_a; W_b]_j   wgmma, A from registers, B = the
+ *                                                  [W_a; W_b] chunk read MN-major.
+ * The two weight chunks (48 KB) are double-buffered by cp.async. After the last chunk the
+ * LayerNorm backward runs on the dy accumulators (row sums over the quad's lanes; x from
+ * global, still in L2), dinp is written (or added), and the column partials of Σ dy⊙x̂ and
+ * Σ dy accumulate in registers across the CTA's tiles (reduced over the warp's rows by
+ * shuffles); at the end the 8 warps' partials are summed in warp order through shared
+ * memory into one partial row per CTA. Every order is fixed: two runs are bit-identical.
+ * Numerics as configuration 1–3 (ln_gemm_bwd_cuda.h): y, h, [da | db] rounded to bf16 where
+ * they are stored or fed to the tensor cores; a, b, dh, dy fp32. */
+#include "ln_gemm_bwd_cuda.h"
+
+#include "fusion_util.cuh"
+#include "ln_tile.cuh"
+#include "wgmma_ptx.cuh"
+
+#define TB_THREADS 256 /* two warpgroups */
+#define TB_HC 64       /* hidden channels per chunk */
+#define TB_C 128       /* the one channel width this kernel takes */
+
+/* Shared memory, byte offsets from a 1024-aligned base:
+ *   wab[2]: the [W_a; W_b] chunk: C/64 blocks of (2·TB_HC rows × 128 B), K-major over C;
+ *   wo[2]:  the W_o chunk: C rows (o) × TB_HC (h) = one block;
+ *   ya, ds: y and dout of the tile, C/64 blocks of (LG_BM rows × 128 B);
+ *   xs: the raw rows (LG_BM, C);
+ *   stg: per warpgroup two 64-row × 128 B swizzled blocks staging [da | db], then h, for
+ *        16-byte stores (4-byte stores straight from the fragments ran 2.7× slower).
+ * During the LayerNorm backward ya (free by then) stages dinp the same way. */
+struct tb_layout {
+  static constexpr int WAB = (TB_C / 64) * 2 * TB_HC * 128, WO = TB_C * TB_HC * 2;
+  static constexpr int YA = (TB_C / 64) * LG_BM * 128, XS = LG_BM * TB_C * 2;
+  static constexpr int STG = 2 * 64 * 128; /* per warpgroup: two 64-row swizzled blocks */
+  static constexpr int wab = 0, wo = 2 * WAB, ya = wo + 2 * WO, ds = ya + YA, xs = ds + YA;
+  static constexpr int stg = xs + XS;
+  static constexpr int bytes = stg + 2 * STG + 1024; /* + the alignment slack */
+};
+static_assert(tb_layout::bytes <= 227 * 1024, "transition_bwd_wg: shared memory");
+
+/* 16 bytes global → shared, zero-filled when !ok */
+static __device__ __forceinline__ void tb_cp16(void *dst, const void *src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(mf_smem_u32(dst)), "l"(src),
+               "r"(ok ? 16 : 0)
+               : "memory");
+}
+
+/* Weight chunk j: [W_a; W_b] rows into wab (K-major over C), W_o[:, j] into wo. */
+static __device__ __forceinline__ void tb_load_w(unsigned char *wab, unsigned char *wo,
+                                                 const bf16 *__restrict__ w_ab,
+                                                 const bf16 *__restrict__ w_o, int j, int Hd) {
+  constexpr int PA = 2 * TB_HC * (TB_C / 8), PO = TB_C * (TB_HC / 8);
+  static_assert(PA % TB_THREADS == 0 && PO % TB_THREADS == 0, "tb_load_w");
+#pragma unroll
+  for (int i = 0; i < PA / TB_THREADS; i++) {
+    const int idx = (int)threadIdx.x + i * TB_THREADS;
+    const int n = idx / (TB_C / 8), p = idx % (TB_C / 8);
+    const int row = n < TB_HC ? j * TB_HC + n : Hd + j * TB_HC + (n - TB_HC);
+    lg_cp16(wab + (p / 8) * (2 * TB_HC * 128) + mf_sw128_chunk(n, p % 8), w_ab + (int64_t)row * TB_C + p * 8);
+  }
+#pragma unroll
+  for (int i = 0; i < PO / TB_THREADS; i++) {
+    const int idx = (int)threadIdx.x + i * TB_THREADS;
+    const int n = idx / (TB_HC / 8), ch = idx % (TB_HC / 8);
+    lg_cp16(wo + mf_sw128_chunk(n, ch), w_o + (int64_t)n * Hd + j * TB_HC + ch * 8);
+  }
+}
+
+/* Raw rows of tile t into xs (plain) and its dout rows into ds (swizzled); rows ≥ M zero. */
+static __device__ __forceinline__ void tb_load_tile(bf16 *xs, unsigned char *ds, const bf16 *x,
+                                                    const bf16 *dout, int64_t t, int64_t ntiles,
+                                                    int64_t M) {
+  if (t >= ntiles) return;
+  const int64_t m0 = t * LG_BM;
+  constexpr int P = LG_BM * (TB_C / 8);
+#pragma unroll
+  for (int i = 0; i < P / TB_THREADS; i++) {
+    const int idx = (int)threadIdx.x + i * TB_THREADS;
+    const int r = idx / (TB_C / 8), p = idx % (TB_C / 8);
+    const bool ok = m0 + r < M;
+    const int64_t src = ok ? (m0 + r) * TB_C + p * 8 : 0;
+    tb_cp16(xs + r * TB_C + p * 8, x + src, ok);
+    tb_cp16(ds + (p / 8) * (LG_BM * 128) + mf_sw128_chunk(r, p % 8), dout + src, ok);
+  }
+}
+
+static __device__ __forceinline__ void tb_bar_wg(int wg) { /* the 128 threads of warpgroup wg */
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+}
+
+/* The 64 rows × 64 columns of a staged block (swizzled) to global rows row0.. (row stride
+ * ld elements), rows < nrows; by the 128 threads of a warpgroup (tid 0..127). */
+static __device__ __forceinline__ void tb_store_block(bf16 *dst, int64_t ld, const unsigned char *blk,
+                                                     int nrows, int tid) {
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int idx = tid + 128 * i, r = idx >> 3, ch = idx & 7;
+    if (r < nrows) *(uint4 *)(dst + r * ld + ch * 8) = *(const uint4 *)(blk + mf_sw128_chunk(r, ch));
+  }
+}
+
+/* The A fragments fr[k0 .. k0 + 3] (64 rows × 64 columns of the warpgroup, bf16 pairs)
+ * into a swizzled staging block: fragment (nt / 2, 2·(nt & 1) + h) is row rl + 8·h,
+ * columns 8·nt + 2·t4 + {0, 1}. */
+static __device__ __forceinline__ void tb_stage_frags(unsigned char *blk, const uint32_t (&fr)[8][4],
+                                                      int k0, int rl, int t4) {
+#pragma unroll
+  for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+      *(uint32_t *)(blk + mf_sw128(rl + 8 * h, 8 * nt + 2 * t4)) = fr[k0 + nt / 2][2 * (nt & 1) + h];
+}
+
+static __device__ __forceinline__ uint32_t tb_pack(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t *>(&v);
+}
+
+/* v (32 column terms of this lane's quad position t4) summed over the 8 lanes of equal
+ * t4 and scattered: acc[k] += Σ v[4·g8 + k], k < 4 (g8 = lane / 4). Fixed order. */
+static __device__ __forceinline__ void tb_reduce_scatter(const float (&v)[32], float (&acc)[4], int lane) {
+  float w16[16], w8[8];
+  const bool b4 = (lane >> 4) & 1, b3 = (lane >> 3) & 1, b2 = (lane >> 2) & 1;
+#pragma unroll
+  for (int k = 0; k < 16; k++) {
+    const float send = b4 ? v[k] : v[k + 16], keep = b4 ? v[k + 16] : v[k];
+    w16[k] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+  }
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const float send = b3 ? w16[k] : w16[k + 8], keep = b3 ? w16[k + 8] : w16[k];
+    w8[k] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+  }
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    const float send = b2 ? w8[k] : w8[k + 4], keep = b2 ? w8[k + 4] : w8[k];
+    acc[k] += keep + __shfl_xor_sync(0xffffffffu, send, 4);
+  }
+}
+
+static __global__ void __launch_bounds__(TB_THREADS, 1)
+transition_bwd_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ y,
+                         bf16 *__restrict__ s1, bf16 *__restrict__ s2, bf16 *__restrict__ dcopy,
+                         const bf16 *dout, const float *__restrict__ mean,
+                         const float *__restrict__ rstd, const bf16 *__restrict__ inp,
+                         const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
+                         const bf16 *__restrict__ w_ab, const bf16 *__restrict__ w_o, int64_t M,
+                         int Hd, int mode) {
+  /* dinp and dout are not __restrict__: the adding backward may run in place */
+  typedef tb_layout L;
+  constexpr int C = TB_C;
+  constexpr float inv_c = 1.0f / (float)C;
+  extern __shared__ unsigned char tb_raw[];
+  unsigned char *sm = tb_raw + ((1024u - (mf_smem_u32(tb_raw) & 1023u)) & 1023u);
+  unsigned char *wab0 = sm + L::wab, *wo0 = sm + L::wo, *ya = sm + L::ya, *ds = sm + L::ds;
+  bf16 *xs = (bf16 *)(sm + L::xs);
+  const int lane = threadIdx.x & 31, warp = lg_warp_id(), wg = warp >> 2, wl = warp & 3;
+  const int t4 = lane & 3, g8 = lane >> 2;
+  const int64_t ntiles = (M + LG_BM - 1) / LG_BM;
+  const int nch = Hd / TB_HC;
+  const bool dx_on = dinp != NULL || part != NULL;
+  /* γ, β of the lane's LayerNorm-forward channels (pairs 2·lane + 64·i) */
+  float g_ln[4], b_ln[4];
+  lg_ln_params<C>(g_ln, b_ln, gamma, beta, mode, lane);
+  /* dγ, dβ column partials kept by this lane: columns 8·i + 2·t4 + e for i = 2·g8, 2·g8 + 1 */
+  float pg[4] = {0.f, 0.f, 0.f, 0.f}, pb[4] = {0.f, 0.f, 0.f, 0.f};
+  const uint32_t ya_u = mf_smem_u32(ya) + wg * 64 * 128, ds_u = mf_smem_u32(ds) + wg * 64 * 128;
+
+  tb_load_w(wab0, wo0, w_ab, w_o, (int)(blockIdx.x % (unsigned)nch), Hd);
+  tb_load_tile(xs, ds, inp, dout, blockIdx.x, ntiles, M);
+  mf_cp_async_commit();
+  int q = 0; /* chunks done by this CTA: weight buffer q & 1 */
+  for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    const int64_t m0 = t * LG_BM;
+    const int rows = (int)(M - m0 < LG_BM ? M - m0 : LG_BM);
+    mf_cp_async_wait<0>();
+    __syncthreads(); /* xs, ds and weight chunk s0 of this tile are here */
+
+    /* y = LN(x) with the saved statistics: warp w, rows 16·w .. 16·w + 15 */
+#pragma unroll 4
+    for (int k = 0; k < 16; k++) {
+      const int r = warp * 16 + k;
+      const bool ok = r < rows;
+      const float mu = ok && mode != MF_LN_IDENTITY ? mean[m0 + r] : 0.0f;
+      const float rs = ok && mode != MF_LN_IDENTITY ? rstd[m0 + r] : 1.0f;
+#pragma unroll
+      for (int i = 0; i < C / 64; i++) {
+        const __nv_bfloat162 p = *(const __nv_bfloat162 *)(xs + r * C + 64 * i + 2 * lane);
+        const float v0 = ok ? ((__low2float(p) - mu) * rs * g_ln[2 * i] + b_ln[2 * i]) : 0.0f;
+        const float v1 = ok ? ((__high2float(p) - mu) * rs * g_ln[2 * i + 1] + b_ln[2 * i + 1]) : 0.0f;
+        const __nv_bfloat162 yv = __floats2bfloat162_rn(v0, v1);
+        *(__nv_bfloat162 *)(ya + i * LG_BM * 128 + mf_sw128(r, 2 * lane)) = yv;
+        if (y && ok) *(__nv_bfloat162 *)(y + (m0 + r) * C + 64 * i + 2 * lane) = yv;
+      }
+    }
+    if (dcopy) /* dout's rows for the caller's dW_o GEMM when dinp overwrites dout */
+#pragma unroll
+      for (int i = 0; i < LG_BM * (C / 8) / TB_THREADS; i++) {
+        const int idx = (int)threadIdx.x + i * TB_THREADS;
+        const int r = idx / (C / 8), p = idx % (C / 8);
+        if (r < rows)
+          *(uint4 *)(dcopy + (m0 + r) * C + p * 8) =
+              *(const uint4 *)(ds + (p / 8) * (LG_BM * 128) + mf_sw128_chunk(r, p % 8));
+      }
+    mf_fence_proxy_async();
+    __syncthreads(); /* ya ready */
+
+    float acc[C / 2]; /* dy: this warpgroup's 64 rows × C */
+#pragma unroll
+    for (int i = 0; i < C / 2; i++) acc[i] = 0.0f;
+    const int s0 = (int)(t % nch);
+    const int ra = wg * 64 + wl * 16 + g8; /* this thread's accumulator rows ra, ra + 8 */
+    for (int j = 0; j < nch; j++, q++) {
+      const int buf = q & 1, jc = (s0 + j) % nch;
+      const int jn = j + 1 < nch ? (s0 + j + 1) % nch : (int)((t + gridDim.x) % nch);
+      if (j > 0) __syncthreads(); /* chunk j−1's wgmma done in both groups: buf ^ 1 free */
+      tb_load_w(wab0 + (buf ^ 1) * L::WAB, wo0 + (buf ^ 1) * L::WO, w_ab, w_o, jn, Hd);
+      mf_cp_async_commit();
+      mf_cp_async_wait<1>(); /* chunk j is here */
+      mf_fence_proxy_async();
+      __syncthreads();
+      const uint32_t wab_u = mf_smem_u32(wab0 + buf * L::WAB), wo_u = mf_smem_u32(wo0 + buf * L::WO);
+
+      float ab[64], dh[32];
+      mf_wg_fence();
+#pragma unroll
+      for (int k = 0; k < C / 16; k++) { /* [a | b] = y·[W_a; W_b]_jᵀ */
+        const int kb = k / 4, kk = k % 4;
+        mf_wg_ss_n128(ab, mf_wg_desc(ya_u + kb * LG_BM * 128 + kk * 32),
+                      mf_wg_desc(wab_u + kb * 2 * TB_HC * 128 + kk * 32), k > 0);
+      }
+#pragma unroll
+      for (int k = 0; k < C / 16; k++) { /* dh = dout·W_o[:, j]: B = the W_o chunk, MN-major */
+        const int kb = k / 4, kk = k % 4;
+        mf_wg_ss_n64<1>(dh, mf_wg_desc(ds_u + kb * LG_BM * 128 + kk * 32),
+                        mf_wg_desc_mn(wo_u + k * 2048, TB_HC * 128, 1024), k > 0);
+      }
+      mf_wg_commit();
+      mf_wg_wait<0>();
+      mf_wg_pin(ab);
+      mf_wg_pin(dh);
+      if (j + 1 == nch) {
+        /* every dh of the tile is done in both groups: prefetch the next tile's rows */
+        __syncthreads();
+        tb_load_tile(xs, ds, inp, dout, t + gridDim.x, ntiles, M);
+        mf_cp_async_commit();
+      }
+
+      /* the SwiGLU backward: [da | db] as A fragments, h into staging block 0 */
+      unsigned char *stg = sm + L::stg + wg * L::STG;
+      uint32_t fr[8][4]; /* k16 blocks 0..3: da, 4..7: db */
+      const int rl = wl * 16 + g8; /* the thread's rows rl, rl + 8 of the warpgroup's 64 */
+#pragma unroll
+      for (int nt = 0; nt < 8; nt++) {
+        float dav[4], dbv[4], hv[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const float a = ab[4 * nt + e], b = ab[4 * (nt + 8) + e], d = dh[4 * nt + e];
+          const float sg = mf_sigmoidf_fast(a), si = a * sg;
+          hv[e] = si * b;
+          dbv[e] = d * si;
+          dav[e] = d * b * sg * (1.0f + a * (1.0f - sg));
+        }
+        fr[nt / 2][2 * (nt & 1)] = tb_pack(dav[0], dav[1]);
+        fr[nt / 2][2 * (nt & 1) + 1] = tb_pack(dav[2], dav[3]);
+        fr[4 + nt / 2][2 * (nt & 1)] = tb_pack(dbv[0], dbv[1]);
+        fr[4 + nt / 2][2 * (nt & 1) + 1] = tb_pack(dbv[2], dbv[3]);
+        if (s2) {
+          *(uint32_t *)(stg + mf_sw128(rl, 8 * nt + 2 * t4)) = tb_pack(hv[0], hv[1]);
+          *(uint32_t *)(stg + mf_sw128(rl + 8, 8 * nt + 2 * t4)) = tb_pack(hv[2], hv[3]);
+        }
+      }
+      if (s1 || s2) { /* h (block 0) and da (block 1), then db (block 0): 16-byte stores */
+        const int tid = (int)(threadIdx.x & 127), nr = rows - wg * 64;
+        const int64_t r0 = m0 + wg * 64;
+        if (s1) tb_stage_frags(stg + 8192, fr, 0, rl, t4);
+        tb_bar_wg(wg);
+        if (s2) tb_store_block(s2 + r0 * Hd + jc * TB_HC, Hd, stg, nr, tid);
+        if (s1) {
+          tb_store_block(s1 + r0 * 2 * Hd + jc * TB_HC, 2 * Hd, stg + 8192, nr, tid);
+          tb_bar_wg(wg); /* block 0 read */
+          tb_stage_frags(stg, fr, 4, rl, t4);
+          tb_bar_wg(wg);
+          tb_store_block(s1 + r0 * 2 * Hd + Hd + jc * TB_HC, 2 * Hd, stg, nr, tid);
+        }
+      }
+      if (dx_on) { /* dy += [da | db]·[W_a; W_b]_j: B = the chunk, MN-major */
+        mf_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+          mf_wg_rs_n128<1>(acc, fr[kk], mf_wg_desc_mn(wab_u + kk * 2048, 2 * TB_HC * 128, 1024), 1);
+        mf_wg_commit();
+        mf_wg_wait<0>();
+        mf_wg_pin(acc);
+      }
+    }
+    if (!dx_on) continue;
+
+    /* LayerNorm backward of rows ra, ra + 8 (each row's C columns over the quad's lanes);
+     * vg, vb: this thread's column terms dy⊙x̂ and dy summed over its two rows */
+    float vg[C / 4], vb[C / 4];
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      const int rl = ra + 8 * hh;
+      const bool ok = rl < rows;
+      const int64_t r = m0 + (ok ? rl : 0);
+      const float mu = mode != MF_LN_IDENTITY ? mean[r] : 0.0f;
+      const float rs = mode != MF_LN_IDENTITY ? rstd[r] : 1.0f;
+      float xh[C / 4], gv[C / 4], sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+      for (int i = 0; i < C / 8; i++) {
+        const float2 xv = __bfloat1622float2(*(const __nv_bfloat162 *)(inp + r * C + 8 * i + 2 * t4));
+        xh[2 * i] = (xv.x - mu) * rs;
+        xh[2 * i + 1] = (xv.y - mu) * rs;
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const float ga = (mode == MF_LN_FULL || mode == MF_LN_SCALE) ? mf_bf16_to_f32(gamma[8 * i + 2 * t4 + e]) : 1.0f;
+          gv[2 * i + e] = acc[4 * i + 2 * hh + e] * ga;
+          sg += gv[2 * i + e];
+          sgx += gv[2 * i + e] * xh[2 * i + e];
+        }
+      }
+      sg += __shfl_xor_sync(0xffffffffu, sg, 1);
+      sg += __shfl_xor_sync(0xffffffffu, sg, 2);
+      sgx += __shfl_xor_sync(0xffffffffu, sgx, 1);
+      sgx += __shfl_xor_sync(0xffffffffu, sgx, 2);
+      sg *= inv_c;
+      sgx *= inv_c;
+      if (dinp) /* into this warpgroup's half of ya (free: the tile's GEMMs are done) */
+#pragma unroll
+        for (int i = 0; i < C / 8; i++) {
+          float d0 = rs * (gv[2 * i] - sg - xh[2 * i] * sgx);
+          float d1 = rs * (gv[2 * i + 1] - sg - xh[2 * i + 1] * sgx);
+          if (add && ok) {
+            const float2 o = __bfloat1622float2(*(const __nv_bfloat162 *)(dinp + r * C + 8 * i + 2 * t4));
+            d0 += o.x;
+            d1 += o.y;
+          }
+          *(__nv_bfloat162 *)(ya + wg * 16384 + (i / 8) * 8192 + mf_sw128(rl - wg * 64, 8 * (i % 8) + 2 * t4)) =
+              __floats2bfloat162_rn(d0, d1);
+        }
+#pragma unroll
+      for (int i = 0; i < C / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const float dyv = ok ? acc[4 * i + 2 * hh + e] : 0.0f; /* rows ≥ M: nothing */
+          vg[2 * i + e] = (hh ? vg[2 * i + e] : 0.0f) + dyv * xh[2 * i + e];
+          vb[2 * i + e] = (hh ? vb[2 * i + e] : 0.0f) + dyv;
+        }
+    }
+    if (dinp) {
+      const int tid = (int)(threadIdx.x & 127), nr = rows - wg * 64;
+      tb_bar_wg(wg); /* dinp staged */
+      tb_store_block(dinp + (m0 + wg * 64) * C, C, ya + wg * 16384, nr, tid);
+      tb_store_block(dinp + (m0 + wg * 64) * C + 64, C, ya + wg * 16384 + 8192, nr, tid);
+    }
+    if (part) {
+      /* column sums over the warp's 16 rows: a reduce-scatter over the 8 lanes of equal t4
+       * (xor 16, 8, 4); lane g8 ends with the value slots 4·g8 .. 4·g8 + 3 (n-tiles 2·g8,
+       * 2·g8 + 1) */
+      tb_reduce_scatter(vg, pg, lane);
+      tb_reduce_scatter(vb, pb, lane);
+    }
+  }
+  mf_cp_async_wait<0>();
+  if (!part) return;
+  /* the 8 warps' partials, summed in warp order: lane (g8, t4) holds columns
+   * 8·(2·g8 + ii) + 2·t4 + e */
+  __syncthreads();
+  float *red = (float *)sm; /* (8 warps, 2C), over the weight buffers (no longer read) */
+#pragma unroll
+  for (int ii = 0; ii < 2; ii++)
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const int c = 8 * (2 * g8 + ii) + 2 * t4 + e;
+      red[warp * 2 * C + c] = pg[2 * ii + e];
+      red[warp * 2 * C + C + c] = pb[2 * ii + e];
+    }
+  __syncthreads();
+  for (int c = threadIdx.x; c < 2 * C; c += TB_THREADS) {
+    float s = 0.0f;
+    for (int w = 0; w < 8; w++) s += red[w * 2 * C + c];
+    part[(int64_t)blockIdx.x * 2 * C + c] = s;
+  }
+}
+
+extern "C" int mf_transition_bwd_wg_supported(int C, int Hd, mf_ln_mode mode) {
+  return C == TB_C && Hd % TB_HC == 0 && Hd >= 2 * TB_HC && mode >= MF_LN_FULL && mode <= MF_LN_NONE;
+}
+
+extern "C" int mf_transition_bwd_wg_cuda(bf16 *dinp, int add, float *part, bf16 *y, bf16 *s1,
+                                         bf16 *s2, bf16 *dcopy, const bf16 *dout,
+                                         const float *mean, const float *rstd, const bf16 *inp,
+                                         const bf16 *gamma, const bf16 *beta, const bf16 *w_ab,
+                                         const bf16 *w_o, int64_t rows, int C, int Hd,
+                                         mf_ln_mode mode, cudaStream_t stream) {
+  MF_ASSERT(mf_transition_bwd_wg_supported(C, Hd, mode), "transition_bwd_wg: unsupported C=%d Hd=%d mode=%d",
+            C, Hd, (int)mode);
+  MF_ASSERT(mean && rstd, "transition_bwd_wg: mean/rstd required");
+  if (rows <= 0) return 0;
+  const int smem = tb_layout::bytes;
+  MF_CHECK_CUDA(cudaFuncSetAttribute(transition_bwd_wg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const int64_t ntiles = (rows + LG_BM - 1) / LG_BM;
+  const int grid = (int)(ntiles < mf_sm_count() ? ntiles : mf_sm_count());
+  transition_bwd_wg_kernel<<<grid, TB_THREADS, smem, stream>>>(dinp, add, part, y, s1, s2, dcopy, dout,
+                                                               mean, rstd, inp, gamma, beta, w_ab,
+                                                               w_o, rows, Hd, (int)mode);
+  MF_CHECK_LAUNCH();
+  return grid;
+}
