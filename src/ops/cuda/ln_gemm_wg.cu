@@ -11,9 +11,10 @@
  * (named barriers), so one group's LayerNorm / epilogue overlaps the other's GEMM and the
  * two drift apart freely. W is loaded once per CTA into shared memory in the swizzled
  * wgmma operand layout (wgmma_ptx.cuh) and stays resident. Each warpgroup's raw x rows
- * are cp.async'd NBUF (2–4, as shared memory allows) subtiles ahead, so HBM reads stay in
- * flight during the LayerNorm, GEMM and epilogue of the current subtile (what the
- * mma.sync kernel, latency-bound at 8 warps per SM, lacks). Per subtile:
+ * are cp.async'd NBUF (2–4, as shared memory allows; MF_LN_GEMM_WG_NBUF caps it) subtiles
+ * ahead, so HBM reads stay in flight during the LayerNorm, GEMM and epilogue of the
+ * current subtile (what the mma.sync kernel, latency-bound at 8 warps per SM, lacks).
+ * Per subtile:
  *   x̂ (64 × C) = LN(x rows)                 lg_ln_tile<C, true>, straight into the swizzled
  *                                             A layout; the raw buffer is then refilled;
  *   per pass of N accumulator columns (N = 128, or 64 for a plain remainder):
@@ -30,6 +31,8 @@
  * each output element's sum is one warpgroup's fixed wgmma sequence (no atomics).
  * Not yet measured on the GPU (written 2026-11-30 without device access). */
 #include "ln_gemm_cuda.h"
+
+#include <stdlib.h>
 
 #include "fusion_util.cuh"
 #include "ln_tile.cuh"
@@ -54,8 +57,16 @@ static size_t lw_smem_bytes(int C, int O, int epi, int nbuf) {
   return (size_t)LG_BM * C * 2 + (size_t)nacc * C * 2 + (size_t)nbuf * LG_BM * C * 2 +
          (size_t)LG_BM * lw_ldo(O, epi) * 2 + 1024; /* + the alignment slack */
 }
+/* Raw row buffers per warpgroup: the most that fit (≤ LW_MAXBUF), capped by
+ * MF_LN_GEMM_WG_NBUF (2..4) from the environment (read once; for the lab and the bench). */
 static int lw_nbuf(int C, int O, int epi) {
-  for (int nb = LW_MAXBUF; nb >= 2; nb--)
+  static int cap = 0;
+  if (!cap) {
+    const char *e = getenv("MF_LN_GEMM_WG_NBUF");
+    const int v = e ? atoi(e) : 0;
+    cap = v >= 2 && v <= LW_MAXBUF ? v : LW_MAXBUF;
+  }
+  for (int nb = cap; nb >= 2; nb--)
     if (lw_smem_bytes(C, O, epi, nb) <= LW_SMEM_MAX) return nb;
   return 0;
 }
