@@ -5,9 +5,9 @@
  * dropout, forward and every gradient, by relative error on bf16-representable random
  * inputs (tolerance 1e-2 for every output and gradient; the errors seen on an H200 were
  * at most 7.6e-3). LayerNorm + Linear, the gated projection and the transition run in
- * every forward variant (staging + cuBLAS, the fused custom kernels; the transition also
- * as the wgmma kernel, variant 3). Sizes are not
- * tile multiples (M = 7, 129, 300, 4099; N = 7, 9, 33, 65; widths 20, 36, 40 that are
+ * every forward variant (staging + cuBLAS, the fused custom kernels; variant 3: the wgmma
+ * kernels of ln_gemm_wg.cu and transition_wg.cu). Sizes are not
+ * tile multiples (M = 1, 7, 129, 300, 4099, 17000 (more 128-row tiles than 132 CTAs); N = 7, 9, 33, 65; widths 20, 36, 40 that are
  * not multiples of 8); the larger cases also run with 256- or 1024-row chunks so the
  * multi-chunk paths (partial last chunk, accumulated weight gradients) are exercised. The
  * triangle update also runs at N² % 8 != 0 (N = 6, 9, 33, 37, 50, 63, 130) with small
@@ -432,9 +432,11 @@ static void test_transition_inplace(int64_t M, int C, int Hd, mf_ln_mode mode, u
 }
 
 /* ln_gemm's SwiGLU epilogue (2), which no op dispatches to today: out = silu(a) ⊙ b,
- * [a | b] = LN(x)·[W_a; W_b]ᵀ, against the CPU LayerNorm + Linear. */
-static void test_ln_gemm_swiglu(int64_t M, int C, int O, mf_ln_mode mode, uint64_t seed) {
+ * [a | b] = LN(x)·[W_a; W_b]ᵀ, against the CPU LayerNorm + Linear (IDENTITY: plain Linear),
+ * through the mma.sync kernel (wg = 0) or the wgmma kernel of ln_gemm_wg.cu (wg = 1). */
+static void test_ln_gemm_swiglu(int64_t M, int C, int O, mf_ln_mode mode, uint64_t seed, int wg) {
   char what[160];
+  const int ident = mode == MF_LN_IDENTITY;
   double *x = mf_test_alloc(M * C), *g = mf_test_alloc(C), *b = mf_test_alloc(C);
   double *W = mf_test_alloc(2 * (int64_t)O * C);
   rand_bf16(x, M * C, seed + 1, 1.5, 0.3);
@@ -443,26 +445,40 @@ static void test_ln_gemm_swiglu(int64_t M, int C, int O, mf_ln_mode mode, uint64
   rand_bf16(W, 2 * (int64_t)O * C, seed + 4, 1.0 / sqrt((double)C), 0.0);
   double *pa = mf_test_alloc(M * O), *pb = mf_test_alloc(M * O), *out = mf_test_alloc(M * O);
   double *mean = mf_test_alloc(M), *rstd = mf_test_alloc(M);
-  mf_ln_linear_forward(pa, mean, rstd, x, g, b, W, NULL, M, C, O, mode);
-  mf_ln_linear_forward(pb, mean, rstd, x, g, b, W + (int64_t)O * C, NULL, M, C, O, mode);
+  if (ident) {
+    mf_linear_forward(pa, x, W, NULL, M, C, O);
+    mf_linear_forward(pb, x, W + (int64_t)O * C, NULL, M, C, O);
+  } else {
+    mf_ln_linear_forward(pa, mean, rstd, x, g, b, W, NULL, M, C, O, mode);
+    mf_ln_linear_forward(pb, mean, rstd, x, g, b, W + (int64_t)O * C, NULL, M, C, O, mode);
+  }
   for (int64_t i = 0; i < M * O; i++) out[i] = pa[i] / (1.0 + exp(-pa[i])) * pb[i];
   mf_bf16_t *x_d = to_bf16(x, M * C), *g_d = to_bf16(g, C), *b_d = to_bf16(b, C);
   mf_bf16_t *W_d = to_bf16(W, 2 * (int64_t)O * C), *out_d = (mf_bf16_t *)dev_alloc(M * O * 2);
   float *mean_d = (float *)dev_alloc(M * 4), *rstd_d = (float *)dev_alloc(M * 4);
-  snprintf(what, sizeof what, "ln_gemm_mma SwiGLU M=%lld C=%d O=%d %s", (long long)M, C, O,
-           mode_name(mode));
-  MF_TEST(mf_ln_gemm_mma_supported(C, O, 2, mode, x_d, out_d, W_d), "%s: supported", what);
+  snprintf(what, sizeof what, "%s SwiGLU M=%lld C=%d O=%d %s", wg ? "ln_gemm_wg" : "ln_gemm_mma",
+           (long long)M, C, O, mode_name(mode));
+  MF_TEST(wg ? mf_ln_gemm_wg_supported(C, O, 2, mode, x_d, out_d, W_d)
+             : mf_ln_gemm_mma_supported(C, O, 2, mode, x_d, out_d, W_d),
+          "%s: supported", what);
   raw_set runs[2] = {};
   for (int run = 0; run < 2; run++) {
     poison(out_d, M * O * 2);
     poison(mean_d, M * 4);
     poison(rstd_d, M * 4);
-    mf_ln_gemm_mma_cuda(out_d, mean_d, rstd_d, x_d, g_d, b_d, W_d, NULL, NULL, M, C, O, mode, 2, 0);
+    if (wg) mf_ln_gemm_wg_cuda(out_d, mean_d, rstd_d, x_d, g_d, b_d, W_d, NULL, NULL, M, C, O, mode, 2, 0);
+    else mf_ln_gemm_mma_cuda(out_d, mean_d, rstd_d, x_d, g_d, b_d, W_d, NULL, NULL, M, C, O, mode, 2, 0);
     MF_CHECK_CUDA(cudaDeviceSynchronize());
     raw_add(&runs[run], out_d, M * O * 2);
-    raw_add(&runs[run], mean_d, M * 4);
+    if (!ident) raw_add(&runs[run], mean_d, M * 4);
     if (run == 1) continue;
-    check_out_stats(what, out_d, out, M * O, mean_d, mean, rstd_d, rstd, M);
+    if (ident) {
+      char w2[200];
+      snprintf(w2, sizeof w2, "%s: out", what);
+      check_bf16(w2, out_d, out, M * O, TOL);
+    } else {
+      check_out_stats(what, out_d, out, M * O, mean_d, mean, rstd_d, rstd, M);
+    }
   }
   end_runs(runs, what);
   dev_free_all();
@@ -703,10 +719,12 @@ int main(void) {
   mf_cuda_blas_create(&g_blas, 0);
   uint64_t s = 100;
 
-  /* variant 2: the mma.sync kernels of ln_gemm.cu where the shape allows it (else 1);
-   * 1: staging + cuBLAS; 0: the WMMA fused kernel where the shape allows it (else 1) */
+  /* variant 3: the wgmma kernel of ln_gemm_wg.cu where the shape allows it (C 64/128,
+   * O % 64 == 0; else 2); 2: the mma.sync kernels of ln_gemm.cu where the shape allows it
+   * (else 1); 1: staging + cuBLAS; 0: the WMMA fused kernel where the shape allows it
+   * (else 1) */
   const int default_variant = mf_ln_linear_cuda_set_variant(1);
-  for (int v = 0; v < 3; v++) {
+  for (int v = 0; v < 4; v++) {
     test_ln_linear(7, 128, 16, MF_LN_FULL, 1, 0, s += 20, v);
     test_ln_linear(300, 128, 384, MF_LN_SCALE, 0, 0, s += 20, v);
     test_ln_linear(4099, 128, 128, MF_LN_FULL, 1, 1024, s += 20, v);
@@ -728,6 +746,17 @@ int main(void) {
     test_gated(1000, 128, 192, MF_LN_FULL, 1, 0, s += 20, v);
     test_gated(129, 64, 16, MF_LN_NONE, 1, 0, s += 20, v);
     test_gated(300, 192, 96, MF_LN_IDENTITY, 1, 0, s += 20, v);
+    if (v >= 2) { /* the wgmma kernel's edges (and the same shapes through mma.sync) */
+      test_ln_linear(7, 128, 64, MF_LN_FULL, 1, 0, s += 20, v);      /* M < 64: one subtile */
+      test_ln_linear(100, 128, 192, MF_LN_NONE, 0, 0, s += 20, v);   /* 128 + 64 columns */
+      test_ln_linear(17000, 128, 128, MF_LN_FULL, 1, 0, s += 20, v); /* > 132 tiles */
+      test_ln_linear(1, 64, 320, MF_LN_SCALE, 1, 0, s += 20, v);     /* M = 1, 128 + 128 + 64 */
+      test_ln_linear(4099, 128, 384, MF_LN_FULL, 0, 0, s += 20, v);  /* 2 row buffers */
+      test_gated(7, 128, 64, MF_LN_NONE, 1, 0, s += 20, v);
+      test_gated(17000, 128, 128, MF_LN_FULL, 1, 0, s += 20, v);
+      test_gated(193, 64, 256, MF_LN_SCALE, 0, 0, s += 20, v);
+      test_gated(300, 128, 192, MF_LN_IDENTITY, 1, 0, s += 20, v);
+    }
   }
   mf_ln_linear_cuda_set_variant(default_variant);
 
@@ -751,9 +780,16 @@ int main(void) {
     test_transition_inplace(300, 384, 1536, MF_LN_FULL, s += 20, v); /* fallback */
   }
   mf_ln_linear_cuda_set_variant(default_variant);
-  test_ln_gemm_swiglu(300, 128, 128, MF_LN_FULL, s += 20);
-  test_ln_gemm_swiglu(1000, 64, 80, MF_LN_SCALE, s += 20);
-  test_ln_gemm_swiglu(129, 256, 64, MF_LN_NONE, s += 20);
+  test_ln_gemm_swiglu(300, 128, 128, MF_LN_FULL, s += 20, 0);
+  test_ln_gemm_swiglu(1000, 64, 80, MF_LN_SCALE, s += 20, 0);
+  test_ln_gemm_swiglu(129, 256, 64, MF_LN_NONE, s += 20, 0);
+  /* the wgmma kernel (ln_gemm_wg.cu): partial and tiny tiles, O = 64..192 (one to three
+   * interleaved [W_a; W_b] passes), more 128-row tiles than an H200's 132 CTAs */
+  test_ln_gemm_swiglu(300, 128, 128, MF_LN_FULL, s += 20, 1);
+  test_ln_gemm_swiglu(1000, 64, 192, MF_LN_SCALE, s += 20, 1);
+  test_ln_gemm_swiglu(17000, 128, 64, MF_LN_NONE, s += 20, 1);
+  test_ln_gemm_swiglu(7, 128, 192, MF_LN_FULL, s += 20, 1);
+  test_ln_gemm_swiglu(129, 128, 64, MF_LN_IDENTITY, s += 20, 1);
 
   /* The backward's paths on the shapes the fused kernel takes (C 64/128, O % 64 == 0):
    * bv = 1..3 the fused kernel's configurations (ln_gemm_bwd_cuda.h), 4..6 its light

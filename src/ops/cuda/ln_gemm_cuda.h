@@ -1,4 +1,6 @@
-/* ln_gemm_cuda.h — EvoFusion's fast fused FORWARD kernels on sm_90 (mma.sync tensor cores):
+/* ln_gemm_cuda.h — EvoFusion's fast fused FORWARD kernels on sm_90 (mma.sync tensor cores;
+ * the wgmma (sm_90a) versions mf_ln_gemm_wg_cuda and mf_transition_wg_forward_cuda at the
+ * end, same ops, ln_gemm_wg.cu / transition_wg.cu):
  *
  *   mf_ln_gemm_mma_cuda: LayerNorm + Linear with an epilogue, one persistent kernel:
  *     out (M, O) = epilogue(LN(x (M, C))·Wᵀ), mean, rstd (M) fp32 written (not for IDENTITY);
@@ -64,6 +66,18 @@ void mf_ln_gemm_mma_cuda(__nv_bfloat16 *out, float *mean, float *rstd, const __n
                          const __nv_bfloat16 *w, const __nv_bfloat16 *bias, const uint8_t *mask,
                          int64_t M, int C, int O, mf_ln_mode mode, int epilogue,
                          cudaStream_t stream);
+
+/* The same LayerNorm + Linear + epilogue as one wgmma kernel (ln_gemm_wg.cu, sm_90a):
+ * C in {64, 128}, O % 64 == 0, W and two raw row buffers within shared memory (C = 128:
+ * O <= 384 plain, <= 192 gated / SwiGLU), 16-byte aligned pointers; same arguments,
+ * epilogues and NULL conventions (bias, mask; mean/rstd unused for IDENTITY). */
+int mf_ln_gemm_wg_supported(int C, int O, int epilogue, mf_ln_mode mode, const void *x,
+                            const void *out, const void *w);
+void mf_ln_gemm_wg_cuda(__nv_bfloat16 *out, float *mean, float *rstd, const __nv_bfloat16 *x,
+                        const __nv_bfloat16 *gamma, const __nv_bfloat16 *beta,
+                        const __nv_bfloat16 *w, const __nv_bfloat16 *bias, const uint8_t *mask,
+                        int64_t M, int C, int O, mf_ln_mode mode, int epilogue,
+                        cudaStream_t stream);
 
 int mf_transition_fused_supported(int C, int Hd, mf_ln_mode mode, const void *inp,
                                   const void *out, const void *w_ab, const void *w_o);

@@ -507,7 +507,7 @@ static void launch_fill_bf16(bf16 *x, float v, int64_t n, cudaStream_t s) {
 #define FZ_PAD 8      /* bf16 padding of a shared-memory row */
 #define FZ_OT 64      /* output columns per W tile */
 
-/* 3: 2, with the transition's wgmma kernel (transition_wg.cu) where supported; 2: the
+/* 3: 2, with the wgmma kernels (ln_gemm_wg.cu, transition_wg.cu) where supported; 2: the
  * mma.sync kernels of ln_gemm.cu where supported (else 1); 1: staging + cuBLAS; 0: the
  * WMMA kernel above (else 1). */
 static int g_lnl_variant = 3;
@@ -687,13 +687,19 @@ extern "C" void mf_ln_gemm_fused_cuda(bf16 *out, float *mean, float *rstd, const
 
 /* ================================================================ LayerNorm + Linear */
 
-/* The one-kernel forwards, tried in order: variant 2 (ln_gemm.cu's MMA kernel), then variant 0
+/* The one-kernel forwards, tried in order: variant 3 (ln_gemm_wg.cu's wgmma kernel), variant 2
+ * (ln_gemm.cu's MMA kernel), then variant 0
  * (the fused kernel above); gated 0 (bias or NULL) or 1 (mask or NULL). Returns 1 where one of
  * them ran, 0 where neither applies (the caller then takes the chunked path). */
 static int ln_gemm_one_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp,
                               const bf16 *gamma, const bf16 *beta, const bf16 *w,
                               const bf16 *bias, const uint8_t *mask, int64_t M, int C, int O,
                               mf_ln_mode mode, int gated, cudaStream_t stream) {
+  if (g_lnl_variant == 3 && mf_ln_gemm_wg_supported(C, O, gated, mode, inp, out, w)) {
+    mf_ln_gemm_wg_cuda(out, mean, rstd, inp, gamma, beta, w, bias, mask, M, C, O, mode, gated,
+                       stream); /* variant 3: ln_gemm_wg.cu */
+    return 1;
+  }
   if (g_lnl_variant >= 2 && mf_ln_gemm_mma_supported(C, O, gated, mode, inp, out, w)) {
     mf_ln_gemm_mma_cuda(out, mean, rstd, inp, gamma, beta, w, bias, mask, M, C, O, mode, gated,
                         stream); /* variant 2: ln_gemm.cu */

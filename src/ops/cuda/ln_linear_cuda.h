@@ -97,10 +97,14 @@ void mf_f32_to_bf16_cuda(__nv_bfloat16 *dx, const float *dy, int64_t n, cudaStre
  *             ln_linear 0.147 ms (variant 1: 0.245), gated O = 128: 0.252 (0.410),
  *             transition Hd = 512: 0.967 (1.278); at M = 384²: 0.048 / 0.079 / 0.259
  *             (0.068 / 0.112 / 0.333).
- *   variant 3 (default): variant 2, with the transition as the wgmma kernel of
- *             transition_wg.cu (sm_90a; C = 128) where mf_transition_wg_supported().
- *             Measured on an H200 (2026-11-30, bench/evofusion, C = 128, Hd = 512):
- *             0.658 ms at M = 768² (variant 2: 0.972), 0.177 ms at M = 384² (0.259);
+ *   variant 3 (default): variant 2, with the wgmma kernels (sm_90a) where they apply:
+ *             LayerNorm + Linear and the gated projection as ln_gemm_wg.cu (C in {64, 128},
+ *             O % 64 == 0, W within shared memory: mf_ln_gemm_wg_supported(); else the
+ *             mma.sync kernel), the transition as transition_wg.cu (C = 128:
+ *             mf_transition_wg_supported()). ln_gemm_wg: not yet measured on the GPU.
+ *             The transition measured on an H200 (2026-11-30, bench/evofusion, C = 128,
+ *             Hd = 512): 0.658 ms at M = 768² (variant 2: 0.972), 0.177 ms at M = 384²
+ *             (0.259);
  *   variant 1: LN into a bf16 staging chunk + cuBLAS GEMM + epilogue kernel;
  *   variant 0: the first custom kernel, one per 128-row tile — LN into shared memory,
  *             WMMA tile by tile over W, epilogue; used when C % 64 == 0, C <= 256,

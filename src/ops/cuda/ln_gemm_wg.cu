@@ -1,0 +1,276 @@
+/* ln_gemm_wg.cu — EvoFusion's fused LayerNorm + Linear + epilogue FORWARD as one persistent
+ * wgmma kernel (sm_90a): out (M, O) = epilogue(LN(x (M, C))·Wᵀ), mean, rstd (M) fp32
+ * written (not for IDENTITY); epilogue 0: + bias (NULL: none); 1: W = [W_p; W_g] (2O, C),
+ * out = mask ⊙ σ(g) ⊙ p (mask NULL: all ones); 2: W = [W_a; W_b], out = silu(a) ⊙ b.
+ * The same op and epilogue math as ln_gemm.cu's mma.sync kernel (ln_gemm_cuda.h); this one
+ * is the ln_linear variant 3 (ln_linear_cuda.h). Not the CPU reference, not a backward.
+ *
+ * Design (a memory-bound op: read x, write out; the GEMM is small): a CTA is two
+ * warpgroups that run INDEPENDENTLY on 64-row subtiles (warpgroup wg takes subtiles
+ * s = 2·blockIdx + wg, + 2·gridDim, …), synchronising only among their own 128 threads
+ * (named barriers), so one group's LayerNorm / epilogue overlaps the other's GEMM and the
+ * two drift apart freely. W is loaded once per CTA into shared memory in the swizzled
+ * wgmma operand layout (wgmma_ptx.cuh) and stays resident. Each warpgroup's raw x rows
+ * are cp.async'd NBUF (2–4, as shared memory allows; MF_LN_GEMM_WG_NBUF caps it) subtiles
+ * ahead, so HBM reads stay in flight during the LayerNorm, GEMM and epilogue of the
+ * current subtile (what the mma.sync kernel, latency-bound at 8 warps per SM, lacks).
+ * Per subtile:
+ *   x̂ (64 × C) = LN(x rows)                 lg_ln_tile<C, true>, straight into the swizzled
+ *                                             A layout; the raw buffer is then refilled;
+ *   per pass of N accumulator columns (N = 128, or 64 for a plain remainder):
+ *     d (64 × N fp32) = x̂·W[n0 .. n0 + N]ᵀ  C/16 × wgmma m64nNk16, A and B from shared memory;
+ *     epilogue in registers → bf16 staged in shared memory → 16-byte stores (rows ≥ M
+ *     never stored).
+ * For epilogues 1/2 the resident W is stored with its halves interleaved per 64 output
+ * columns (shared rows 128j .. 128j + 63 = W_p / W_a rows 64j.., the next 64 = W_g / W_b
+ * rows 64j..), so one m64n128 accumulator holds p | g (a | b) of 64 output columns.
+ * Limits (mf_ln_gemm_wg_supported; otherwise the mma.sync kernel runs): C in {64, 128},
+ * O % 64 == 0, W plus two raw buffers fit in shared memory (C = 128: O ≤ 384 plain, ≤ 192
+ * gated / SwiGLU; C = 64: ≤ 1152 / 640), 16-byte aligned pointers. C = 192 / 256 would
+ * leave room for at most one raw buffer next to a useful W: not taken. Deterministic:
+ * each output element's sum is one warpgroup's fixed wgmma sequence (no atomics).
+ * Not yet measured on the GPU (written 2026-11-30 without device access). */
+#include "ln_gemm_cuda.h"
+
+#include <stdlib.h>
+
+#include "fusion_util.cuh"
+#include "ln_tile.cuh"
+#include "wgmma_ptx.cuh"
+
+#define LW_THREADS 256 /* two warpgroups */
+#define LW_SUB 64      /* rows per warpgroup subtile */
+#define LW_MAXBUF 4
+#define LW_SMEM_MAX (227 * 1024)
+
+/* Shared memory, byte offsets from a 1024-aligned base (operand blocks 1024-aligned):
+ *   xa: x̂, C/64 blocks of (LG_BM rows × 128 B), warpgroup wg's rows 64·wg..;
+ *   w:  W, C/64 blocks of (nacc rows × 128 B), resident;
+ *   xs: nbuf × (LG_BM, C) raw rows, warpgroup wg's rows 64·wg.. of each;
+ *   os: (LG_BM, ldo) output staging, warpgroup wg's rows 64·wg..; ldo = the widest pass's
+ *       output columns + 8 (rows 4 banks apart: conflict-free fragment writes). */
+static __host__ __device__ inline int lw_ldo(int O, int epi) {
+  return (epi || O < 128 ? 64 : 128) + 8;
+}
+static size_t lw_smem_bytes(int C, int O, int epi, int nbuf) {
+  const int nacc = epi ? 2 * O : O;
+  return (size_t)LG_BM * C * 2 + (size_t)nacc * C * 2 + (size_t)nbuf * LG_BM * C * 2 +
+         (size_t)LG_BM * lw_ldo(O, epi) * 2 + 1024; /* + the alignment slack */
+}
+/* Raw row buffers per warpgroup: the most that fit (≤ LW_MAXBUF), capped by
+ * MF_LN_GEMM_WG_NBUF (2..4) from the environment (read once; for the lab and the bench). */
+static int lw_nbuf(int C, int O, int epi) {
+  static int cap = 0;
+  if (!cap) {
+    const char *e = getenv("MF_LN_GEMM_WG_NBUF");
+    const int v = e ? atoi(e) : 0;
+    cap = v >= 2 && v <= LW_MAXBUF ? v : LW_MAXBUF;
+  }
+  for (int nb = cap; nb >= 2; nb--)
+    if (lw_smem_bytes(C, O, epi, nb) <= LW_SMEM_MAX) return nb;
+  return 0;
+}
+
+static __device__ __forceinline__ void lw_bar_wg(int wg) { /* the 128 threads of warpgroup wg */
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+}
+/* cp.async.wait_group with a run-time count n ≤ LW_MAXBUF of pending groups left. */
+static __device__ __forceinline__ void lw_wait_pending(int n) {
+  if (n >= 4) mf_cp_async_wait<4>();
+  else if (n == 3) mf_cp_async_wait<3>();
+  else if (n == 2) mf_cp_async_wait<2>();
+  else if (n == 1) mf_cp_async_wait<1>();
+  else mf_cp_async_wait<0>();
+}
+
+/* One pass of N accumulator columns (shared W rows n0 .. n0 + N) for the warpgroup's 64
+ * rows: GEMM, epilogue, staged 16-byte stores of output columns oc0 .. oc0 + NO (NO = N for
+ * EPI 0, N/2 otherwise). os: the warpgroup's staging rows (64, ldo). */
+template <int C, int EPI, int N>
+static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, bf16 *os, int ldo,
+                                               uint32_t xa_u, uint32_t w_u, int nacc, int n0, int oc0,
+                                               const bf16 *__restrict__ bias,
+                                               const uint8_t *__restrict__ mask, int64_t m0,
+                                               int rows, int64_t M, int O, int first, int wg,
+                                               int wl, int lane) {
+  static_assert(EPI == 0 || N == 128, "lw_pass: gated / SwiGLU passes are m64n128");
+  constexpr int NO = EPI ? N / 2 : N;
+  float d[N / 2];
+  mf_wg_fence();
+#pragma unroll
+  for (int k = 0; k < C / 16; k++) {
+    const int kb = k / 4, kk = k % 4;
+    const uint64_t da = mf_wg_desc(xa_u + kb * LG_BM * 128 + kk * 32);
+    const uint64_t db = mf_wg_desc(w_u + kb * nacc * 128 + n0 * 128 + kk * 32);
+    if constexpr (N == 128) mf_wg_ss_n128(d, da, db, k > 0);
+    else mf_wg_ss_n64(d, da, db, k > 0);
+  }
+  mf_wg_commit();
+  mf_wg_wait<0>();
+  mf_wg_pin(d);
+  if (!first) lw_bar_wg(wg); /* the previous pass's stores have read os */
+
+  /* accumulator layout: d[4i + 2hh + e] = (row 16·wl + lane/4 + 8·hh,
+   *                                        column 8i + 2·(lane%4) + e) */
+#pragma unroll
+  for (int hh = 0; hh < 2; hh++) {
+    const int rl = wl * 16 + (lane >> 2) + 8 * hh;
+    bool keep = true;
+    if (EPI == 1) {
+      const int64_t r = m0 + rl;
+      keep = r < M && (!mask || mask[r]);
+    }
+#pragma unroll
+    for (int i = 0; i < NO / 8; i++) {
+      const int col = 8 * i + 2 * (lane & 3);
+      float v0 = d[4 * i + 2 * hh], v1 = d[4 * i + 2 * hh + 1];
+      if (EPI == 0) {
+        if (bias) {
+          v0 += mf_bf16_to_f32(bias[oc0 + col]);
+          v1 += mf_bf16_to_f32(bias[oc0 + col + 1]);
+        }
+      } else if (EPI == 1) {
+        const float g0 = d[4 * (i + NO / 8) + 2 * hh], g1 = d[4 * (i + NO / 8) + 2 * hh + 1];
+        v0 = keep ? mf_sigmoidf_fast(g0) * v0 : 0.0f;
+        v1 = keep ? mf_sigmoidf_fast(g1) * v1 : 0.0f;
+      } else {
+        const float b0 = d[4 * (i + NO / 8) + 2 * hh], b1 = d[4 * (i + NO / 8) + 2 * hh + 1];
+        v0 = v0 * mf_sigmoidf_fast(v0) * b0;
+        v1 = v1 * mf_sigmoidf_fast(v1) * b1;
+      }
+      *(__nv_bfloat162 *)(os + rl * ldo + col) = __floats2bfloat162_rn(v0, v1);
+    }
+  }
+  lw_bar_wg(wg);
+  constexpr int CPR = NO / 8; /* 16-byte pieces per staged row */
+#pragma unroll
+  for (int i = 0; i < LW_SUB * CPR / 128; i++) {
+    const int idx = (int)(threadIdx.x & 127) + i * 128;
+    const int r = idx / CPR, ch = idx % CPR;
+    if (r < rows)
+      *(uint4 *)(out + (m0 + r) * O + oc0 + ch * 8) = *(const uint4 *)(os + r * ldo + ch * 8);
+  }
+}
+
+template <int C, int EPI>
+static __global__ void __launch_bounds__(LW_THREADS, 1)
+ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
+                  const bf16 *__restrict__ x, const bf16 *__restrict__ gamma,
+                  const bf16 *__restrict__ beta, const bf16 *__restrict__ w,
+                  const bf16 *__restrict__ bias, const uint8_t *__restrict__ mask, int64_t M,
+                  int O, int mode, int nbuf) {
+  /* out (M, O); mean, rstd (M); x (M, C); gamma, beta (C); w (nacc, C); bias (O); mask (M) */
+  extern __shared__ unsigned char lw_raw[];
+  unsigned char *sm = lw_raw + ((1024u - (mf_smem_u32(lw_raw) & 1023u)) & 1023u);
+  const int nacc = EPI ? 2 * O : O;
+  unsigned char *xa = sm, *ws = sm + LG_BM * C * 2;
+  bf16 *xs = (bf16 *)(ws + nacc * C * 2);          /* nbuf × (LG_BM, C) */
+  const int ldo = lw_ldo(O, EPI);
+  bf16 *os = xs + nbuf * LG_BM * C;                /* (LG_BM, ldo) */
+  const int lane = threadIdx.x & 31, warp = lg_warp_id(), wg = warp >> 2, wl = warp & 3;
+  const int tid = (int)(threadIdx.x & 127);
+  const int64_t nsub = (M + LW_SUB - 1) / LW_SUB;
+  const int64_t s0 = 2 * (int64_t)blockIdx.x + wg, stride = 2 * (int64_t)gridDim.x;
+  float g[2 * (C / 64)], bb[2 * (C / 64)];
+  lg_ln_params<C>(g, bb, gamma, beta, mode, lane);
+
+  /* W, swizzled (gated / SwiGLU: halves interleaved per 64 output columns), each CTA
+   * starting at another row (all CTAs on the same L2 lines at once would queue) */
+  const int rot = (int)(blockIdx.x * 16u % (unsigned)nacc);
+  for (int idx = threadIdx.x; idx < nacc * (C / 8); idx += LW_THREADS) {
+    const int n0 = idx / (C / 8), p = idx - n0 * (C / 8);
+    const int n = n0 + rot < nacc ? n0 + rot : n0 + rot - nacc; /* shared row */
+    const int src = EPI ? ((n >> 6) & 1) * O + (n >> 7) * 64 + (n & 63) : n;
+    lg_cp16(ws + (p / 8) * (nacc * 128) + mf_sw128_chunk(n, p % 8),
+            w + (int64_t)src * C + p * 8);
+  }
+  mf_cp_async_commit();
+  for (int b = 0; b < nbuf; b++) { /* one group per subtile, empty past the end */
+    lg_load_tile<C>(xs + b * LG_BM * C + wg * LW_SUB * C, x, s0 + b * stride, nsub, M, LW_SUB,
+                    tid);
+    mf_cp_async_commit();
+  }
+  lw_wait_pending(nbuf); /* W landed */
+  mf_fence_proxy_async();
+  __syncthreads(); /* the last CTA-wide barrier: from here on each warpgroup runs alone */
+
+  const uint32_t xa_u = mf_smem_u32(xa) + wg * LW_SUB * 128, w_u = mf_smem_u32(ws);
+  bf16 *osw = os + wg * LW_SUB * ldo;
+  int buf = 0;
+  for (int64_t s = s0; s < nsub; s += stride) {
+    const int64_t m0 = s * LW_SUB;
+    const int rows = (int)(M - m0 < LW_SUB ? M - m0 : LW_SUB);
+    bf16 *xb = xs + buf * LG_BM * C;
+    lw_wait_pending(nbuf - 1); /* this subtile's group */
+    lw_bar_wg(wg);             /* its rows visible; the previous subtile's stores done with os */
+    /* rows 64·wg.. of the 128-row layouts: warp index 4·wg + wl, row base m0 − 64·wg */
+    lg_ln_tile<C, true>((bf16 *)xa, xb, mean, rstd, m0 - wg * LW_SUB, M, g, bb, mode, warp, lane);
+    mf_fence_proxy_async();
+    lw_bar_wg(wg); /* x̂ ready for wgmma; xb free */
+    lg_load_tile<C>(xb + wg * LW_SUB * C, x, s + nbuf * stride, nsub, M, LW_SUB, tid);
+    mf_cp_async_commit();
+    if (++buf == nbuf) buf = 0;
+
+    if (EPI == 0) { /* output columns n0.. = shared W rows n0.. */
+      int n0 = 0;
+      for (; n0 + 128 <= O; n0 += 128)
+        lw_pass<C, 0, 128>(out, osw, ldo, xa_u, w_u, nacc, n0, n0, bias, mask, m0, rows, M, O,
+                           n0 == 0, wg, wl, lane);
+      if (n0 < O) /* O % 128 == 64: one m64n64 pass */
+        lw_pass<C, 0, 64>(out, osw, ldo, xa_u, w_u, nacc, n0, n0, bias, mask, m0, rows, M, O,
+                          n0 == 0, wg, wl, lane);
+    } else { /* output columns 64j.. = shared W rows 128j.. (p | g or a | b) */
+      for (int j = 0; j < O / 64; j++)
+        lw_pass<C, EPI, 128>(out, osw, ldo, xa_u, w_u, nacc, 128 * j, 64 * j, bias, mask, m0,
+                             rows, M, O, j == 0, wg, wl, lane);
+    }
+  }
+  mf_cp_async_wait<0>();
+}
+
+extern "C" int mf_ln_gemm_wg_supported(int C, int O, int epilogue, mf_ln_mode mode,
+                                       const void *x, const void *out, const void *w) {
+  return (C == 64 || C == 128) && O > 0 && O % 64 == 0 && epilogue >= 0 && epilogue <= 2 &&
+         mode >= MF_LN_FULL && mode <= MF_LN_IDENTITY &&
+         lw_nbuf(C, O, epilogue) > 0 && (uintptr_t)x % 16 == 0 &&
+         (uintptr_t)out % 16 == 0 && (uintptr_t)w % 16 == 0;
+}
+
+template <int C, int EPI>
+static void lw_launch(bf16 *out, float *mean, float *rstd, const bf16 *x, const bf16 *gamma,
+                      const bf16 *beta, const bf16 *w, const bf16 *bias, const uint8_t *mask,
+                      int64_t M, int O, int mode, cudaStream_t s) {
+  const int nbuf = lw_nbuf(C, O, EPI);
+  const size_t smem = lw_smem_bytes(C, O, EPI, nbuf);
+  MF_CHECK_CUDA(cudaFuncSetAttribute(ln_gemm_wg_kernel<C, EPI>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  const int64_t npair = (M + 2 * LW_SUB - 1) / (2 * LW_SUB); /* 128-row tiles */
+  const int grid = (int)(npair < mf_sm_count() ? npair : mf_sm_count());
+  ln_gemm_wg_kernel<C, EPI><<<grid, LW_THREADS, smem, s>>>(out, mean, rstd, x, gamma, beta, w,
+                                                           bias, mask, M, O, mode, nbuf);
+  MF_CHECK_LAUNCH();
+}
+
+extern "C" void mf_ln_gemm_wg_cuda(bf16 *out, float *mean, float *rstd, const bf16 *x,
+                                   const bf16 *gamma, const bf16 *beta, const bf16 *w,
+                                   const bf16 *bias, const uint8_t *mask, int64_t M, int C, int O,
+                                   mf_ln_mode mode, int epilogue, cudaStream_t stream) {
+  MF_ASSERT(mf_ln_gemm_wg_supported(C, O, epilogue, mode, x, out, w),
+            "ln_gemm_wg: unsupported C=%d O=%d epilogue=%d mode=%d (or alignment)", C, O, epilogue,
+            (int)mode);
+  MF_ASSERT(mode == MF_LN_IDENTITY || mode == MF_LN_NONE || gamma, "ln_gemm_wg: gamma required");
+  MF_ASSERT(mode != MF_LN_FULL || beta, "ln_gemm_wg: beta required");
+  if (M <= 0) return;
+  if (mode == MF_LN_IDENTITY) mean = rstd = NULL;
+  const int md = (int)mode;
+#define LW_CASE(C_)                                                                            \
+  if (C == C_) {                                                                               \
+    if (epilogue == 0) lw_launch<C_, 0>(out, mean, rstd, x, gamma, beta, w, bias, mask, M, O, md, stream); \
+    else if (epilogue == 1) lw_launch<C_, 1>(out, mean, rstd, x, gamma, beta, w, bias, mask, M, O, md, stream); \
+    else lw_launch<C_, 2>(out, mean, rstd, x, gamma, beta, w, bias, mask, M, O, md, stream);   \
+    return;                                                                                    \
+  }
+  LW_CASE(64)
+  LW_CASE(128)
+#undef LW_CASE
+}
