@@ -167,6 +167,24 @@ static void fwd_variants(const char *op, int N, bench_fn fn, void *ctx, double b
   mf_ln_linear_cuda_set_variant(def);
 }
 
+/* The backward's paths side by side (ln_gemm_bwd_cuda.h configurations): staging + cuBLAS,
+ * the mma.sync light kernel (the transition only; the others run staging there) and the
+ * wgmma kernel (configuration 8; LINEAR runs staging there). */
+static void bwd_variants(const char *op, int N, bench_fn fn, void *ctx, double bytes, double flops,
+                         double extra) {
+  static const int cfg[3] = {0, 6, 8};
+  static const char *const tag[3] = {"staging", "light6", "wgmma"};
+  const int def = mf_ln_gemm_bwd_set_variant(-1);
+  for (int v = 0; v < 3; v++) {
+    if (cfg[v] == 6 && strcmp(op, "transition") != 0) continue;
+    char name[64];
+    snprintf(name, sizeof name, "%s[%s]", op, tag[v]);
+    mf_ln_gemm_bwd_set_variant(cfg[v]);
+    row(name, N, "bwd", median_ms(fn, ctx), bytes, flops, extra);
+  }
+  mf_ln_gemm_bwd_set_variant(def);
+}
+
 static void bench_n(int N) {
   const int C = C_PAIR, Hd = 4 * C_PAIR;
   prob p;
@@ -202,6 +220,7 @@ static void bench_n(int N) {
   gl_fwd(&p);
   row("gated_linear", N, "fwd", median_ms(gl_fwd, &p), 2 * act, 2 * fl_lin, (double)p.wsb + 8.0 * M);
   row("gated_linear", N, "bwd", median_ms(gl_bwd, &p), 3 * act, 4 * fl_lin, (double)p.wsb);
+  bwd_variants("gated_linear", N, gl_bwd, &p, 3 * act, 4 * fl_lin, (double)p.wsb);
   MF_CHECK_CUDA(cudaFree(p.ws));
   MF_CHECK_CUDA(cudaFree(p.w1));
   MF_CHECK_CUDA(cudaFree(p.dw1));
@@ -219,16 +238,7 @@ static void bench_n(int N) {
   tr_fwd(&p);
   row("transition", N, "fwd", median_ms(tr_fwd, &p), 2 * act, fl_tr, (double)p.wsb + 8.0 * M);
   row("transition", N, "bwd", median_ms(tr_bwd, &p), 3 * act, 2 * fl_tr, (double)p.wsb);
-  { /* the backward's paths side by side (ln_gemm_bwd_cuda.h configurations) */
-    static const int cfg[3] = {0, 6, 8};
-    static const char *const tag[3] = {"transition[staging]", "transition[light6]", "transition[wgmma]"};
-    const int def = mf_ln_gemm_bwd_set_variant(-1);
-    for (int v = 0; v < 3; v++) {
-      mf_ln_gemm_bwd_set_variant(cfg[v]);
-      row(tag[v], N, "bwd", median_ms(tr_bwd, &p), 3 * act, 2 * fl_tr, (double)p.wsb);
-    }
-    mf_ln_gemm_bwd_set_variant(def);
-  }
+  bwd_variants("transition", N, tr_bwd, &p, 3 * act, 2 * fl_tr, (double)p.wsb);
   MF_CHECK_CUDA(cudaFree(p.ws));
   MF_CHECK_CUDA(cudaFree(p.w1));
   MF_CHECK_CUDA(cudaFree(p.w2));

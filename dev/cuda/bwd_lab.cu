@@ -87,9 +87,9 @@ static void run(prob *p) {
     mf_bf16_t *y = (mf_bf16_t *)p->ws, *ab = y + M * C, *h = ab + M * 2 * HD;
     float *part = (float *)(h + M * HD);
     const int ns = p->wg_mask & 1, nd = p->wg_mask & 2;
-    mf_transition_bwd_wg_cuda(nd ? NULL : p->dx, 0, nd ? NULL : part, ns ? NULL : y, ns ? NULL : ab,
-                              ns ? NULL : h, NULL, p->dout, p->mean, p->rstd, p->x, p->g, p->b,
-                              p->w1, p->w2, M, C, HD, MF_LN_FULL, 0);
+    mf_ln_gemm_bwd_wg_cuda(MF_LGB_SWIGLU, nd ? NULL : p->dx, 0, nd ? NULL : part, ns ? NULL : y,
+                           ns ? NULL : ab, ns ? NULL : h, NULL, p->dout, p->mean, p->rstd, p->x,
+                           p->g, p->b, p->w1, p->w2, NULL, M, C, HD, MF_LN_FULL, 0);
     break;
   }
   case 5: {

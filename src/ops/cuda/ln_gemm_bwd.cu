@@ -65,9 +65,9 @@
  * (216 KiB of shared memory at C = 128). */
 #define LGB_NVAR 8 /* the largest configuration number */
 static int lgb_is_light(int var) { return var >= 4 && var <= 6; }
-/* Configuration 8: the SWIGLU backward as the wgmma kernel of transition_bwd_wg.cu (C = 128;
- * the other kinds run staging under it). */
-#define LGB_WG_SWIGLU 8
+/* Configuration 8: the SWIGLU and GATED backwards as the wgmma kernel of ln_gemm_bwd_wg.cu
+ * (C = 128; LINEAR and other shapes run staging under it). */
+#define LGB_WG 8
 /* Defaults per kind (LINEAR, GATED, SWIGLU): 0 = staging + cuBLAS, because every
  * configuration measured slower (see the file comment). */
 #define LGB_DEFAULTS {0, 0, 0}
@@ -95,8 +95,8 @@ static int lgb_shape_ok(int kind, int C, int O, mf_ln_mode mode, const void *p0,
 
 extern "C" int mf_ln_gemm_bwd_supported(int kind, int C, int O, mf_ln_mode mode, const void *p0,
                                         const void *p1, const void *p2, const void *p3) {
-  if (kind >= 0 && kind <= 2 && g_lgb_variant[kind] == LGB_WG_SWIGLU)
-    return kind == MF_LGB_SWIGLU && mf_transition_bwd_wg_supported(C, O, mode) &&
+  if (kind >= 0 && kind <= 2 && g_lgb_variant[kind] == LGB_WG)
+    return mf_ln_gemm_bwd_wg_supported(kind, C, O, mode) &&
            lgb_shape_ok(kind, C, O, mode, p0, p1, p2, p3);
   return kind >= 0 && kind <= 2 && g_lgb_variant[kind] &&
          (kind == MF_LGB_SWIGLU || !lgb_is_light(g_lgb_variant[kind])) &&
@@ -672,10 +672,10 @@ extern "C" int mf_ln_gemm_bwd_cuda(int kind, bf16 *dinp, int add, float *part, b
   MF_ASSERT(lgb_aligned(y) && lgb_aligned(s1) && lgb_aligned(s2) && lgb_aligned(dcopy),
             "ln_gemm_bwd: y, s1, s2 and dcopy must be 16-byte aligned");
   if (rows <= 0) return 0;
-  if (var == LGB_WG_SWIGLU && kind == MF_LGB_SWIGLU && mf_transition_bwd_wg_supported(C, O, mode))
-    return mf_transition_bwd_wg_cuda(dinp, add, part, y, s1, s2, dcopy, dout, mean, rstd, inp,
-                                     gamma, beta, w, w_o, rows, C, O, mode, stream);
-  if (var == LGB_WG_SWIGLU) var = 3;
+  if (var == LGB_WG && mf_ln_gemm_bwd_wg_supported(kind, C, O, mode))
+    return mf_ln_gemm_bwd_wg_cuda(kind, dinp, add, part, y, s1, s2, dcopy, dout, mean, rstd, inp,
+                                  gamma, beta, w, w_o, mask, rows, C, O, mode, stream);
+  if (var == LGB_WG) var = 3;
   lgb_params p = {dinp, part, y, s1, s2, dcopy, dout, mean, rstd, inp, gamma, beta, w, w_o, mask,
                   rows, O, (int)mode, add};
 #define LGB_CFG(C_, K_, W_, BN_, F_, MB_) \

@@ -56,8 +56,8 @@ enum { MF_LGB_LINEAR = 0, MF_LGB_GATED = 1, MF_LGB_SWIGLU = 2 };
  * staging + cuBLAS) — 4: 8 warps over 128-row tiles, chunks of 64, fast sigmoid, one CTA
  * per SM; 5: 4 warps over 64-row tiles, chunks of 32, fast sigmoid, two CTAs per SM;
  * 6: 8 warps of 32 rows each over 256-row tiles, chunks of 32, fast sigmoid, one CTA per SM;
- * 8: SWIGLU at C = 128 as one wgmma kernel (transition_bwd_wg.cu, sm_90a; the other kinds
- * and shapes run staging + cuBLAS under it);
+ * 8: SWIGLU and GATED at C = 128 as one wgmma kernel (ln_gemm_bwd_wg.cu, sm_90a; LINEAR
+ * and the other shapes run staging + cuBLAS under it);
  * −1: each kind's default (ln_gemm_bwd.cu, LGB_DEFAULTS: the fastest measured, at present
  * 0 for all three). Returns the previous variant of LINEAR. */
 int mf_ln_gemm_bwd_set_variant(int variant);
@@ -98,17 +98,17 @@ int mf_ln_gemm_bwd_cuda(int kind, __nv_bfloat16 *dinp, int add, float *part, __n
                         const __nv_bfloat16 *w, const __nv_bfloat16 *w_o, const uint8_t *mask,
                         int64_t rows, int C, int O, mf_ln_mode mode, cudaStream_t stream);
 
-/* Configuration 8's kernel (transition_bwd_wg.cu): the SWIGLU contract of
- * mf_ln_gemm_bwd_cuda above at C = 128, Hd % 64 == 0, Hd >= 128, modes FULL/SCALE/NONE;
- * returns the partial rows written (at most the SM count). */
-int mf_transition_bwd_wg_supported(int C, int Hd, mf_ln_mode mode);
-int mf_transition_bwd_wg_cuda(__nv_bfloat16 *dinp, int add, float *part, __nv_bfloat16 *y,
-                              __nv_bfloat16 *s1, __nv_bfloat16 *s2, __nv_bfloat16 *dcopy,
-                              const __nv_bfloat16 *dout, const float *mean, const float *rstd,
-                              const __nv_bfloat16 *inp, const __nv_bfloat16 *gamma,
-                              const __nv_bfloat16 *beta, const __nv_bfloat16 *w_ab,
-                              const __nv_bfloat16 *w_o, int64_t rows, int C, int Hd,
-                              mf_ln_mode mode, cudaStream_t stream);
+/* Configuration 8's kernel (ln_gemm_bwd_wg.cu): the SWIGLU and GATED contract of
+ * mf_ln_gemm_bwd_cuda above at C = 128, O % 64 == 0 (GATED: O <= 256), modes
+ * FULL/SCALE/NONE; returns the partial rows written (at most the SM count). */
+int mf_ln_gemm_bwd_wg_supported(int kind, int C, int O, mf_ln_mode mode);
+int mf_ln_gemm_bwd_wg_cuda(int kind, __nv_bfloat16 *dinp, int add, float *part, __nv_bfloat16 *y,
+                           __nv_bfloat16 *s1, __nv_bfloat16 *s2, __nv_bfloat16 *dcopy,
+                           const __nv_bfloat16 *dout, const float *mean, const float *rstd,
+                           const __nv_bfloat16 *inp, const __nv_bfloat16 *gamma,
+                           const __nv_bfloat16 *beta, const __nv_bfloat16 *w,
+                           const __nv_bfloat16 *w_o, const uint8_t *mask, int64_t rows, int C,
+                           int O, mf_ln_mode mode, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

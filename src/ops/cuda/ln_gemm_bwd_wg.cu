@@ -1,29 +1,33 @@
-/* transition_bwd_wg.cu — the SwiGLU transition's backward as one persistent wgmma kernel
- * (sm_90a, C = 128): configuration 8 of ln_gemm_bwd_cuda.h (kind MF_LGB_SWIGLU), with the
- * contract of mf_ln_gemm_bwd_cuda — it forms dinp (and per-CTA dγ/dβ partials) on chip and
- * writes what the caller's cuBLAS weight-gradient GEMMs need: y = LN(inp), s1 = [da | db]
- * and s2 = h (bf16). Not the weight gradients, not a forward, not the CPU reference.
+/* ln_gemm_bwd_wg.cu — the backward of the SwiGLU transition and of the gated projection as
+ * one persistent wgmma kernel (sm_90a, C = 128): configuration 8 of ln_gemm_bwd_cuda.h (kinds
+ * MF_LGB_SWIGLU and MF_LGB_GATED), with the contract of mf_ln_gemm_bwd_cuda — it forms dinp
+ * (and per-CTA dγ/dβ partials) on chip and writes what the caller's cuBLAS weight-gradient
+ * GEMMs need: y = LN(inp), s1 = [da | db] / [dp | dg] and (SWIGLU) s2 = h, bf16. Not the
+ * weight gradients, not a forward, not the CPU reference.
  *
  * A CTA is two warpgroups over 128-row tiles, 64 rows each. Per tile: the raw rows and
  * dout (cp.async'd during the previous tile's last chunk) give y = LN(x) from the saved
  * (mean, rstd) into the swizzled operand layout (wgmma_ptx.cuh) and to global y; then per
- * chunk j of 64 hidden channels, each warpgroup
- *   [a | b] (64 × 128 fp32) = y·[W_a; W_b]_jᵀ      wgmma, B = the [W_a; W_b] chunk K-major;
- *   dh (64 × 64 fp32)       = dout·W_o[:, j]       wgmma, B = the W_o chunk read MN-major
- *                                                  (the same shared tile the forward reads
- *                                                  K-major: no transposed copy);
- *   h, da = dh·b·σ(a)(1 + a(1 − σ(a))), db = dh·silu(a) in registers; h and [da | db]
- *   stored (bf16) for the weight gradients; [da | db] packed into bf16 A fragments;
- *   dy (64 × 128 fp32) += [da | db]·[W_a; W_b]_j   wgmma, A from registers, B = the
- *                                                  [W_a; W_b] chunk read MN-major.
- * The two weight chunks (48 KB) are double-buffered by cp.async. After the last chunk the
- * LayerNorm backward runs on the dy accumulators (row sums over the quad's lanes; x from
- * global, still in L2), dinp is written (or added), and the column partials of Σ dy⊙x̂ and
- * Σ dy accumulate in registers across the CTA's tiles (reduced over the warp's rows by
- * shuffles); at the end the 8 warps' partials are summed in warp order through shared
+ * chunk j of 64 hidden (SWIGLU) or output (GATED) channels each warpgroup forms
+ *   [a | b] or [p | g] (64 × 128 fp32) = y·[W_1; W_2]_jᵀ   wgmma, B = the weight chunk,
+ *                                                         K-major;
+ *   SWIGLU: dh (64 × 64 fp32) = dout·W_o[:, j]             wgmma, B = the W_o chunk read
+ *           MN-major (the tile the forward reads K-major: no transposed copy);
+ *           h, da = dh·b·σ(a)(1 + a(1 − σ(a))), db = dh·silu(a);
+ *   GATED:  dp = dout·m·σ(g), dg = dout·m·p·σ(g)(1 − σ(g)) (dout from the staged tile,
+ *           m the row mask);
+ *   the gradient pair packed into bf16 A fragments and staged for 16-byte stores;
+ *   dy (64 × 128 fp32) += [d1 | d2]·[W_1; W_2]_j           wgmma, A from registers, B =
+ *                                                         the weight chunk read MN-major.
+ * The weight chunks are double-buffered by cp.async. After the last chunk the LayerNorm
+ * backward runs on the dy accumulators (row sums over the quad's lanes; x from global,
+ * still in L2), dinp is staged and written (or added), and the column partials of Σ dy⊙x̂
+ * and Σ dy accumulate in registers across the CTA's tiles (a reduce-scatter over the
+ * warp's rows); at the end the 8 warps' partials are summed in warp order through shared
  * memory into one partial row per CTA. Every order is fixed: two runs are bit-identical.
- * Numerics as configuration 1–3 (ln_gemm_bwd_cuda.h): y, h, [da | db] rounded to bf16 where
- * they are stored or fed to the tensor cores; a, b, dh, dy fp32. */
+ * Numerics as configurations 1–3 (ln_gemm_bwd_cuda.h): y, h and the gradient pairs
+ * rounded to bf16 where they are stored or fed to the tensor cores; the GEMM outputs, dh
+ * and dy fp32. */
 #include "ln_gemm_bwd_cuda.h"
 
 #include "fusion_util.cuh"
@@ -31,26 +35,33 @@
 #include "wgmma_ptx.cuh"
 
 #define TB_THREADS 256 /* two warpgroups */
-#define TB_HC 64       /* hidden channels per chunk */
+#define TB_HC 64       /* hidden (SWIGLU) / output (GATED) channels per chunk */
 #define TB_C 128       /* the one channel width this kernel takes */
 
 /* Shared memory, byte offsets from a 1024-aligned base:
- *   wab[2]: the [W_a; W_b] chunk: C/64 blocks of (2·TB_HC rows × 128 B), K-major over C;
- *   wo[2]:  the W_o chunk: C rows (o) × TB_HC (h) = one block;
- *   ya, ds: y and dout of the tile, C/64 blocks of (LG_BM rows × 128 B);
+ *   wab[2]: the [W_1; W_2] chunk: C/64 blocks of (2·TB_HC rows × 128 B), K-major over C;
+ *   wo[2]:  SWIGLU: the W_o chunk, C rows (o) × TB_HC (h) = one block;
+ *   ya: y of the tile, C/64 blocks of (LG_BM rows × 128 B);
+ *   ds: dout of the tile, W/64 blocks of (LG_BM rows × 128 B), W = C (SWIGLU: the dh GEMM's
+ *       A operand) or O <= TB_OMAX (GATED: read by the elementwise backward);
  *   xs: the raw rows (LG_BM, C);
- *   stg: per warpgroup two 64-row × 128 B swizzled blocks staging [da | db], then h, for
- *        16-byte stores (4-byte stores straight from the fragments ran 2.7× slower).
+ *   stg: per warpgroup two 64-row × 128 B swizzled blocks staging h and the gradient pair
+ *        for 16-byte stores (4-byte stores straight from the fragments ran 2.7× slower).
  * During the LayerNorm backward ya (free by then) stages dinp the same way. */
+#define TB_OMAX 256
+template <int KIND>
 struct tb_layout {
-  static constexpr int WAB = (TB_C / 64) * 2 * TB_HC * 128, WO = TB_C * TB_HC * 2;
+  static constexpr bool SW = KIND == MF_LGB_SWIGLU;
+  static constexpr int WAB = (TB_C / 64) * 2 * TB_HC * 128, WO = SW ? TB_C * TB_HC * 2 : 0;
   static constexpr int YA = (TB_C / 64) * LG_BM * 128, XS = LG_BM * TB_C * 2;
-  static constexpr int STG = 2 * 64 * 128; /* per warpgroup: two 64-row swizzled blocks */
-  static constexpr int wab = 0, wo = 2 * WAB, ya = wo + 2 * WO, ds = ya + YA, xs = ds + YA;
+  static constexpr int DS = ((SW ? TB_C : TB_OMAX) / 64) * LG_BM * 128;
+  static constexpr int STG = 2 * 64 * 128;
+  static constexpr int wab = 0, wo = 2 * WAB, ya = wo + 2 * WO, ds = ya + YA, xs = ds + DS;
   static constexpr int stg = xs + XS;
   static constexpr int bytes = stg + 2 * STG + 1024; /* + the alignment slack */
 };
-static_assert(tb_layout::bytes <= 227 * 1024, "transition_bwd_wg: shared memory");
+static_assert(tb_layout<MF_LGB_SWIGLU>::bytes <= 227 * 1024, "ln_gemm_bwd_wg: shared memory");
+static_assert(tb_layout<MF_LGB_GATED>::bytes <= 227 * 1024, "ln_gemm_bwd_wg: shared memory");
 
 /* 16 bytes global → shared, zero-filled when !ok */
 static __device__ __forceinline__ void tb_cp16(void *dst, const void *src, bool ok) {
@@ -59,31 +70,35 @@ static __device__ __forceinline__ void tb_cp16(void *dst, const void *src, bool 
                : "memory");
 }
 
-/* Weight chunk j: [W_a; W_b] rows into wab (K-major over C), W_o[:, j] into wo. */
+/* Weight chunk j: [W_1; W_2] rows into wab (K-major over C), SWIGLU: W_o[:, j] into wo.
+ * O: the width of W_1 (Hd or the gated output width). */
+template <int KIND>
 static __device__ __forceinline__ void tb_load_w(unsigned char *wab, unsigned char *wo,
                                                  const bf16 *__restrict__ w_ab,
-                                                 const bf16 *__restrict__ w_o, int j, int Hd) {
+                                                 const bf16 *__restrict__ w_o, int j, int O) {
   constexpr int PA = 2 * TB_HC * (TB_C / 8), PO = TB_C * (TB_HC / 8);
   static_assert(PA % TB_THREADS == 0 && PO % TB_THREADS == 0, "tb_load_w");
 #pragma unroll
   for (int i = 0; i < PA / TB_THREADS; i++) {
     const int idx = (int)threadIdx.x + i * TB_THREADS;
     const int n = idx / (TB_C / 8), p = idx % (TB_C / 8);
-    const int row = n < TB_HC ? j * TB_HC + n : Hd + j * TB_HC + (n - TB_HC);
+    const int row = n < TB_HC ? j * TB_HC + n : O + j * TB_HC + (n - TB_HC);
     lg_cp16(wab + (p / 8) * (2 * TB_HC * 128) + mf_sw128_chunk(n, p % 8), w_ab + (int64_t)row * TB_C + p * 8);
   }
+  if (KIND == MF_LGB_SWIGLU)
 #pragma unroll
-  for (int i = 0; i < PO / TB_THREADS; i++) {
-    const int idx = (int)threadIdx.x + i * TB_THREADS;
-    const int n = idx / (TB_HC / 8), ch = idx % (TB_HC / 8);
-    lg_cp16(wo + mf_sw128_chunk(n, ch), w_o + (int64_t)n * Hd + j * TB_HC + ch * 8);
-  }
+    for (int i = 0; i < PO / TB_THREADS; i++) {
+      const int idx = (int)threadIdx.x + i * TB_THREADS;
+      const int n = idx / (TB_HC / 8), ch = idx % (TB_HC / 8);
+      lg_cp16(wo + mf_sw128_chunk(n, ch), w_o + (int64_t)n * O + j * TB_HC + ch * 8);
+    }
 }
 
-/* Raw rows of tile t into xs (plain) and its dout rows into ds (swizzled); rows ≥ M zero. */
+/* Raw rows of tile t into xs (plain) and its dout rows (width W) into ds (swizzled, W/64
+ * blocks); rows >= M zero. */
 static __device__ __forceinline__ void tb_load_tile(bf16 *xs, unsigned char *ds, const bf16 *x,
-                                                    const bf16 *dout, int64_t t, int64_t ntiles,
-                                                    int64_t M) {
+                                                    const bf16 *dout, int W, int64_t t,
+                                                    int64_t ntiles, int64_t M) {
   if (t >= ntiles) return;
   const int64_t m0 = t * LG_BM;
   constexpr int P = LG_BM * (TB_C / 8);
@@ -92,9 +107,13 @@ static __device__ __forceinline__ void tb_load_tile(bf16 *xs, unsigned char *ds,
     const int idx = (int)threadIdx.x + i * TB_THREADS;
     const int r = idx / (TB_C / 8), p = idx % (TB_C / 8);
     const bool ok = m0 + r < M;
-    const int64_t src = ok ? (m0 + r) * TB_C + p * 8 : 0;
-    tb_cp16(xs + r * TB_C + p * 8, x + src, ok);
-    tb_cp16(ds + (p / 8) * (LG_BM * 128) + mf_sw128_chunk(r, p % 8), dout + src, ok);
+    tb_cp16(xs + r * TB_C + p * 8, x + (ok ? (m0 + r) * TB_C + p * 8 : 0), ok);
+  }
+  for (int idx = (int)threadIdx.x; idx < LG_BM * (W / 8); idx += TB_THREADS) {
+    const int r = idx / (W / 8), p = idx % (W / 8);
+    const bool ok = m0 + r < M;
+    tb_cp16(ds + (p / 8) * (LG_BM * 128) + mf_sw128_chunk(r, p % 8),
+            dout + (ok ? (m0 + r) * W + p * 8 : 0), ok);
   }
 }
 
@@ -152,16 +171,21 @@ static __device__ __forceinline__ void tb_reduce_scatter(const float (&v)[32], f
   }
 }
 
+/* O: Hd (SWIGLU) or the gated output width; s1 (M, 2O); s2, dcopy SWIGLU only; mask
+ * (M) GATED only, or NULL. */
+template <int KIND>
 static __global__ void __launch_bounds__(TB_THREADS, 1)
-transition_bwd_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ y,
-                         bf16 *__restrict__ s1, bf16 *__restrict__ s2, bf16 *__restrict__ dcopy,
-                         const bf16 *dout, const float *__restrict__ mean,
-                         const float *__restrict__ rstd, const bf16 *__restrict__ inp,
-                         const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
-                         const bf16 *__restrict__ w_ab, const bf16 *__restrict__ w_o, int64_t M,
-                         int Hd, int mode) {
+lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ y,
+              bf16 *__restrict__ s1, bf16 *__restrict__ s2, bf16 *__restrict__ dcopy,
+              const bf16 *dout, const float *__restrict__ mean, const float *__restrict__ rstd,
+              const bf16 *__restrict__ inp, const bf16 *__restrict__ gamma,
+              const bf16 *__restrict__ beta, const bf16 *__restrict__ w_ab,
+              const bf16 *__restrict__ w_o, const uint8_t *__restrict__ mask, int64_t M, int O,
+              int mode) {
   /* dinp and dout are not __restrict__: the adding backward may run in place */
-  typedef tb_layout L;
+  typedef tb_layout<KIND> L;
+  constexpr bool SW = KIND == MF_LGB_SWIGLU;
+  const int Hd = O, W = SW ? TB_C : O; /* the dout width */
   constexpr int C = TB_C;
   constexpr float inv_c = 1.0f / (float)C;
   extern __shared__ unsigned char tb_raw[];
@@ -180,8 +204,8 @@ transition_bwd_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__
   float pg[4] = {0.f, 0.f, 0.f, 0.f}, pb[4] = {0.f, 0.f, 0.f, 0.f};
   const uint32_t ya_u = mf_smem_u32(ya) + wg * 64 * 128, ds_u = mf_smem_u32(ds) + wg * 64 * 128;
 
-  tb_load_w(wab0, wo0, w_ab, w_o, (int)(blockIdx.x % (unsigned)nch), Hd);
-  tb_load_tile(xs, ds, inp, dout, blockIdx.x, ntiles, M);
+  tb_load_w<KIND>(wab0, wo0, w_ab, w_o, (int)(blockIdx.x % (unsigned)nch), Hd);
+  tb_load_tile(xs, ds, inp, dout, W, blockIdx.x, ntiles, M);
   mf_cp_async_commit();
   int q = 0; /* chunks done by this CTA: weight buffer q & 1 */
   for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
@@ -207,7 +231,7 @@ transition_bwd_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__
         if (y && ok) *(__nv_bfloat162 *)(y + (m0 + r) * C + 64 * i + 2 * lane) = yv;
       }
     }
-    if (dcopy) /* dout's rows for the caller's dW_o GEMM when dinp overwrites dout */
+    if (SW && dcopy) /* dout's rows for the caller's dW_o GEMM when dinp overwrites dout */
 #pragma unroll
       for (int i = 0; i < LG_BM * (C / 8) / TB_THREADS; i++) {
         const int idx = (int)threadIdx.x + i * TB_THREADS;
@@ -228,68 +252,97 @@ transition_bwd_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__
       const int buf = q & 1, jc = (s0 + j) % nch;
       const int jn = j + 1 < nch ? (s0 + j + 1) % nch : (int)((t + gridDim.x) % nch);
       if (j > 0) __syncthreads(); /* chunk j−1's wgmma done in both groups: buf ^ 1 free */
-      tb_load_w(wab0 + (buf ^ 1) * L::WAB, wo0 + (buf ^ 1) * L::WO, w_ab, w_o, jn, Hd);
+      tb_load_w<KIND>(wab0 + (buf ^ 1) * L::WAB, wo0 + (buf ^ 1) * L::WO, w_ab, w_o, jn, Hd);
       mf_cp_async_commit();
       mf_cp_async_wait<1>(); /* chunk j is here */
       mf_fence_proxy_async();
       __syncthreads();
       const uint32_t wab_u = mf_smem_u32(wab0 + buf * L::WAB), wo_u = mf_smem_u32(wo0 + buf * L::WO);
 
-      float ab[64], dh[32];
+      float ab[64], dh[SW ? 32 : 1];
       mf_wg_fence();
 #pragma unroll
-      for (int k = 0; k < C / 16; k++) { /* [a | b] = y·[W_a; W_b]_jᵀ */
+      for (int k = 0; k < C / 16; k++) { /* [a | b] or [p | g] = y·[W_1; W_2]_jᵀ */
         const int kb = k / 4, kk = k % 4;
         mf_wg_ss_n128(ab, mf_wg_desc(ya_u + kb * LG_BM * 128 + kk * 32),
                       mf_wg_desc(wab_u + kb * 2 * TB_HC * 128 + kk * 32), k > 0);
       }
+      if constexpr (SW)
 #pragma unroll
-      for (int k = 0; k < C / 16; k++) { /* dh = dout·W_o[:, j]: B = the W_o chunk, MN-major */
-        const int kb = k / 4, kk = k % 4;
-        mf_wg_ss_n64<1>(dh, mf_wg_desc(ds_u + kb * LG_BM * 128 + kk * 32),
-                        mf_wg_desc_mn(wo_u + k * 2048, TB_HC * 128, 1024), k > 0);
-      }
+        for (int k = 0; k < C / 16; k++) { /* dh = dout·W_o[:, j]: B = the W_o chunk, MN-major */
+          const int kb = k / 4, kk = k % 4;
+          mf_wg_ss_n64<1>(*(float(*)[32])dh, mf_wg_desc(ds_u + kb * LG_BM * 128 + kk * 32),
+                          mf_wg_desc_mn(wo_u + k * 2048, TB_HC * 128, 1024), k > 0);
+        }
       mf_wg_commit();
       mf_wg_wait<0>();
       mf_wg_pin(ab);
       mf_wg_pin(dh);
-      if (j + 1 == nch) {
+      if (SW && j + 1 == nch) {
         /* every dh of the tile is done in both groups: prefetch the next tile's rows */
         __syncthreads();
-        tb_load_tile(xs, ds, inp, dout, t + gridDim.x, ntiles, M);
+        tb_load_tile(xs, ds, inp, dout, W, t + gridDim.x, ntiles, M);
         mf_cp_async_commit();
       }
 
-      /* the SwiGLU backward: [da | db] as A fragments, h into staging block 0 */
+      /* the elementwise backward: the gradient pair as A fragments, h into staging block 0 */
       unsigned char *stg = sm + L::stg + wg * L::STG;
-      uint32_t fr[8][4]; /* k16 blocks 0..3: da, 4..7: db */
+      uint32_t fr[8][4]; /* k16 blocks 0..3: da / dp, 4..7: db / dg */
       const int rl = wl * 16 + g8; /* the thread's rows rl, rl + 8 of the warpgroup's 64 */
+      float mrow[2] = {1.0f, 1.0f}; /* GATED: the rows' mask */
+      if (!SW && mask)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const int r = wg * 64 + rl + 8 * h;
+          mrow[h] = r < rows && mask[m0 + r] ? 1.0f : 0.0f;
+        }
 #pragma unroll
       for (int nt = 0; nt < 8; nt++) {
-        float dav[4], dbv[4], hv[4];
+        float d1v[4], d2v[4], hv[4];
+        float2 dov[2]; /* GATED: dout at (rows rl, rl + 8; columns 8·nt + 2·t4 + {0, 1}) */
+        if (!SW)
+#pragma unroll
+          for (int h = 0; h < 2; h++)
+            dov[h] = __bfloat1622float2(*(const __nv_bfloat162 *)(
+                ds + jc * (LG_BM * 128) + mf_sw128(wg * 64 + rl + 8 * h, 8 * nt + 2 * t4)));
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          const float a = ab[4 * nt + e], b = ab[4 * (nt + 8) + e], d = dh[4 * nt + e];
-          const float sg = mf_sigmoidf_fast(a), si = a * sg;
-          hv[e] = si * b;
-          dbv[e] = d * si;
-          dav[e] = d * b * sg * (1.0f + a * (1.0f - sg));
+          const float a = ab[4 * nt + e], b = ab[4 * (nt + 8) + e];
+          if constexpr (SW) {
+            const float d = dh[4 * nt + e];
+            const float sg = mf_sigmoidf_fast(a), si = a * sg;
+            hv[e] = si * b;
+            d2v[e] = d * si;
+            d1v[e] = d * b * sg * (1.0f + a * (1.0f - sg));
+          } else { /* a = p, b = g */
+            const float d = (e & 1 ? dov[e >> 1].y : dov[e >> 1].x) * mrow[e >> 1];
+            const float sg = mf_sigmoidf_fast(b);
+            d1v[e] = d * sg;
+            d2v[e] = d * a * sg * (1.0f - sg);
+            hv[e] = 0.0f;
+          }
         }
-        fr[nt / 2][2 * (nt & 1)] = tb_pack(dav[0], dav[1]);
-        fr[nt / 2][2 * (nt & 1) + 1] = tb_pack(dav[2], dav[3]);
-        fr[4 + nt / 2][2 * (nt & 1)] = tb_pack(dbv[0], dbv[1]);
-        fr[4 + nt / 2][2 * (nt & 1) + 1] = tb_pack(dbv[2], dbv[3]);
-        if (s2) {
+        fr[nt / 2][2 * (nt & 1)] = tb_pack(d1v[0], d1v[1]);
+        fr[nt / 2][2 * (nt & 1) + 1] = tb_pack(d1v[2], d1v[3]);
+        fr[4 + nt / 2][2 * (nt & 1)] = tb_pack(d2v[0], d2v[1]);
+        fr[4 + nt / 2][2 * (nt & 1) + 1] = tb_pack(d2v[2], d2v[3]);
+        if (SW && s2) {
           *(uint32_t *)(stg + mf_sw128(rl, 8 * nt + 2 * t4)) = tb_pack(hv[0], hv[1]);
           *(uint32_t *)(stg + mf_sw128(rl + 8, 8 * nt + 2 * t4)) = tb_pack(hv[2], hv[3]);
         }
       }
-      if (s1 || s2) { /* h (block 0) and da (block 1), then db (block 0): 16-byte stores */
+      if (!SW && j + 1 == nch) {
+        /* every read of the tile's dout is done in both groups: prefetch the next tile's rows */
+        __syncthreads();
+        tb_load_tile(xs, ds, inp, dout, W, t + gridDim.x, ntiles, M);
+        mf_cp_async_commit();
+      }
+      if (s1 || (SW && s2)) { /* h (block 0) and d1 (block 1), then d2 (block 0): 16-byte stores */
         const int tid = (int)(threadIdx.x & 127), nr = rows - wg * 64;
         const int64_t r0 = m0 + wg * 64;
         if (s1) tb_stage_frags(stg + 8192, fr, 0, rl, t4);
         tb_bar_wg(wg);
-        if (s2) tb_store_block(s2 + r0 * Hd + jc * TB_HC, Hd, stg, nr, tid);
+        if (SW && s2) tb_store_block(s2 + r0 * Hd + jc * TB_HC, Hd, stg, nr, tid);
         if (s1) {
           tb_store_block(s1 + r0 * 2 * Hd + jc * TB_HC, 2 * Hd, stg + 8192, nr, tid);
           tb_bar_wg(wg); /* block 0 read */
@@ -398,27 +451,43 @@ transition_bwd_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__
   }
 }
 
-extern "C" int mf_transition_bwd_wg_supported(int C, int Hd, mf_ln_mode mode) {
-  return C == TB_C && Hd % TB_HC == 0 && Hd >= 2 * TB_HC && mode >= MF_LN_FULL && mode <= MF_LN_NONE;
+extern "C" int mf_ln_gemm_bwd_wg_supported(int kind, int C, int O, mf_ln_mode mode) {
+  if (C != TB_C || O < TB_HC || O % TB_HC || mode < MF_LN_FULL || mode > MF_LN_NONE) return 0;
+  return kind == MF_LGB_SWIGLU || (kind == MF_LGB_GATED && O <= TB_OMAX);
 }
 
-extern "C" int mf_transition_bwd_wg_cuda(bf16 *dinp, int add, float *part, bf16 *y, bf16 *s1,
-                                         bf16 *s2, bf16 *dcopy, const bf16 *dout,
-                                         const float *mean, const float *rstd, const bf16 *inp,
-                                         const bf16 *gamma, const bf16 *beta, const bf16 *w_ab,
-                                         const bf16 *w_o, int64_t rows, int C, int Hd,
-                                         mf_ln_mode mode, cudaStream_t stream) {
-  MF_ASSERT(mf_transition_bwd_wg_supported(C, Hd, mode), "transition_bwd_wg: unsupported C=%d Hd=%d mode=%d",
-            C, Hd, (int)mode);
-  MF_ASSERT(mean && rstd, "transition_bwd_wg: mean/rstd required");
-  if (rows <= 0) return 0;
-  const int smem = tb_layout::bytes;
-  MF_CHECK_CUDA(cudaFuncSetAttribute(transition_bwd_wg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+template <int KIND>
+static int lgb_wg_launch(bf16 *dinp, int add, float *part, bf16 *y, bf16 *s1, bf16 *s2, bf16 *dcopy,
+                         const bf16 *dout, const float *mean, const float *rstd, const bf16 *inp,
+                         const bf16 *gamma, const bf16 *beta, const bf16 *w, const bf16 *w_o,
+                         const uint8_t *mask, int64_t rows, int O, int mode, cudaStream_t stream) {
+  const int smem = tb_layout<KIND>::bytes;
+  MF_CHECK_CUDA(cudaFuncSetAttribute(lgb_wg_kernel<KIND>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int64_t ntiles = (rows + LG_BM - 1) / LG_BM;
   const int grid = (int)(ntiles < mf_sm_count() ? ntiles : mf_sm_count());
-  transition_bwd_wg_kernel<<<grid, TB_THREADS, smem, stream>>>(dinp, add, part, y, s1, s2, dcopy, dout,
-                                                               mean, rstd, inp, gamma, beta, w_ab,
-                                                               w_o, rows, Hd, (int)mode);
+  lgb_wg_kernel<KIND><<<grid, TB_THREADS, smem, stream>>>(dinp, add, part, y, s1, s2, dcopy, dout, mean,
+                                                          rstd, inp, gamma, beta, w, w_o, mask, rows,
+                                                          O, mode);
   MF_CHECK_LAUNCH();
   return grid;
+}
+
+extern "C" int mf_ln_gemm_bwd_wg_cuda(int kind, bf16 *dinp, int add, float *part, bf16 *y,
+                                      bf16 *s1, bf16 *s2, bf16 *dcopy, const bf16 *dout,
+                                      const float *mean, const float *rstd, const bf16 *inp,
+                                      const bf16 *gamma, const bf16 *beta, const bf16 *w,
+                                      const bf16 *w_o, const uint8_t *mask, int64_t rows, int C,
+                                      int O, mf_ln_mode mode, cudaStream_t stream) {
+  MF_ASSERT(mf_ln_gemm_bwd_wg_supported(kind, C, O, mode),
+            "ln_gemm_bwd_wg: unsupported kind=%d C=%d O=%d mode=%d", kind, C, O, (int)mode);
+  MF_ASSERT(mean && rstd && inp && dout && w, "ln_gemm_bwd_wg: mean, rstd, inp, dout, w required");
+  MF_ASSERT(kind != MF_LGB_SWIGLU || w_o, "ln_gemm_bwd_wg: w_o required");
+  MF_ASSERT(mode == MF_LN_NONE || gamma, "ln_gemm_bwd_wg: gamma required");
+  MF_ASSERT(mode != MF_LN_FULL || beta, "ln_gemm_bwd_wg: beta required");
+  if (rows <= 0) return 0;
+  if (kind == MF_LGB_SWIGLU)
+    return lgb_wg_launch<MF_LGB_SWIGLU>(dinp, add, part, y, s1, s2, dcopy, dout, mean, rstd, inp,
+                                        gamma, beta, w, w_o, NULL, rows, O, (int)mode, stream);
+  return lgb_wg_launch<MF_LGB_GATED>(dinp, add, part, y, s1, NULL, NULL, dout, mean, rstd, inp, gamma,
+                                     beta, w, NULL, mask, rows, O, (int)mode, stream);
 }
