@@ -21,6 +21,7 @@
 #include "ops/cuda/dropout_cuda.h"
 #include "ops/cuda/gemm_cuda.h"
 #include "ops/cuda/gpu.h"
+#include "ops/cuda/ln_gemm_bwd_cuda.h"
 #include "ops/cuda/ln_linear_cuda.h"
 #include "ops/cuda/transition_cuda.h"
 #include "ops/cuda/trimul_cuda.h"
@@ -187,6 +188,12 @@ static void bench_n(int N) {
   lnl_fwd(&p);
   row("ln_linear", N, "fwd", median_ms(lnl_fwd, &p), 2 * act, fl_lin, (double)p.wsb + 8.0 * M);
   row("ln_linear", N, "bwd", median_ms(lnl_bwd, &p), 3 * act, 2 * fl_lin, (double)p.wsb);
+  { /* backward configuration 7: the whole backward as one wgmma kernel (ln_linear_bwd_wg.cu) */
+    const int bdef = mf_ln_gemm_bwd_set_variant(7);
+    row("ln_linear[wg]", N, "bwd", median_ms(lnl_bwd, &p), 3 * act, 2 * fl_lin,
+        (double)mf_ln_linear_bwd_wg_workspace(C, C));
+    mf_ln_gemm_bwd_set_variant(bdef);
+  }
   MF_CHECK_CUDA(cudaFree(p.ws));
   MF_CHECK_CUDA(cudaFree(p.w1));
   MF_CHECK_CUDA(cudaFree(p.dw1));

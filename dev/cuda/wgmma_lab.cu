@@ -1,7 +1,10 @@
 /* wgmma_lab.cu — checks and times the wgmma wrappers of src/ops/cuda/wgmma_ptx.cuh on an
  * sm_90a GPU: one warpgroup computes D (64 × N) = A (64 × K)·Bᵀ (B: N × K) with A from
  * swizzled shared memory (ss) or from registers (rs), N = 64 and 128, K = 128, against a
- * double-precision CPU product of the same bf16 inputs; then the tensor-core rate of a
+ * double-precision CPU product of the same bf16 inputs; the MN-major (transposed) forms
+ * mf_wg_ss_n64_tt / n128_tt with both candidate descriptor encodings (mf_wg_desc_mn,
+ * MF_WG_MN_SWAP 0: LBO = the 64-element block stride, SBO = 1024 per 8 k rows, as
+ * CUTLASS's make_gmma_desc<Major::MN>; 1: the two swapped); then the tensor-core rate of a
  * loop of m64n128k16 (ss) with two warpgroups per CTA on every SM. Exits non-zero when a
  * product is wrong. Lab only: the kernels that use the wrappers are tested in
  * tests/gpu/test_fusion_gpu.cu.
@@ -77,6 +80,43 @@ __global__ void lab_gemm(float *out, const bf16 *A, const bf16 *B) {
       if (N == 64) mf_wg_ss_n64(*(float(*)[32]) d, da, db, k > 0);
       else mf_wg_ss_n128(*(float(*)[64]) d, da, db, k > 0);
     }
+  }
+  mf_wg_commit();
+  mf_wg_wait<0>();
+  mf_wg_pin(d);
+  for (int i = 0; i < N / 8; i++) {
+    const int c = 8 * i + 2 * t;
+    out[r * N + c] = d[4 * i];
+    out[r * N + c + 1] = d[4 * i + 1];
+    out[(r + 8) * N + c] = d[4 * i + 2];
+    out[(r + 8) * N + c + 1] = d[4 * i + 3];
+  }
+}
+
+/* MN-major (transposed) operands, both at once (mf_wg_ss_n64_tt / n128_tt): D (64 × N) =
+ * Atᵀ·Bt with At (K × 64) and Bt (K × N) row-major, stored as they are (K rows, the M / N
+ * elements contiguous, swizzled 64-column blocks of K rows at K·128 bytes), k16 step =
+ * 16 rows = 2048 bytes; SWAP picks the descriptor encoding (mf_wg_desc_mn). */
+template <int N, int SWAP>
+__global__ void lab_gemm_mn(float *out, const bf16 *At, const bf16 *Bt) {
+  extern __shared__ unsigned char raw[];
+  unsigned char *sm = raw + ((1024 - (mf_smem_u32(raw) & 1023)) & 1023);
+  unsigned char *As = sm, *Bs = sm + 64 * LAB_K * 2;
+  lab_fill(As, At, LAB_K, 64);
+  lab_fill(Bs, Bt, LAB_K, N);
+  mf_fence_proxy_async();
+  __syncthreads();
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32, t = l % 4, r = 16 * w + l / 4;
+  float d[N / 2];
+#pragma unroll
+  for (int i = 0; i < N / 2; i++) d[i] = -1.0f;
+  mf_wg_fence();
+#pragma unroll
+  for (int k = 0; k < LAB_K / 16; k++) {
+    const uint64_t da = mf_wg_desc_mn<SWAP>(mf_smem_u32(As + k * 2048), LAB_K * 128);
+    const uint64_t db = mf_wg_desc_mn<SWAP>(mf_smem_u32(Bs + k * 2048), LAB_K * 128);
+    if (N == 64) mf_wg_ss_n64_tt(*(float(*)[32]) d, da, db, k > 0);
+    else mf_wg_ss_n128_tt(*(float(*)[64]) d, da, db, k > 0);
   }
   mf_wg_commit();
   mf_wg_wait<0>();
@@ -170,12 +210,66 @@ static int check(const char *name) {
   return bad != 0;
 }
 
+/* The MN-major form with descriptor encoding SWAP: returns 1 when wrong. */
+template <int N, int SWAP>
+static int check_mn(const char *name) {
+  const int K = LAB_K;
+  bf16 *hA = (bf16 *)malloc((size_t)K * 64 * 2), *hB = (bf16 *)malloc((size_t)K * N * 2);
+  unsigned st = 777u + N;
+  for (int i = 0; i < K * 64; i++) hA[i] = __float2bfloat16(frand(&st));
+  for (int i = 0; i < K * N; i++) hB[i] = __float2bfloat16(frand(&st));
+  bf16 *dA, *dB;
+  float *dO;
+  CK(cudaMalloc(&dA, (size_t)K * 64 * 2));
+  CK(cudaMalloc(&dB, (size_t)K * N * 2));
+  CK(cudaMalloc(&dO, 64 * N * 4));
+  CK(cudaMemcpy(dA, hA, (size_t)K * 64 * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dB, hB, (size_t)K * N * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemset(dO, 0xff, 64 * N * 4));
+  const int smem = (64 + N) * K * 2 + 1024;
+  CK(cudaFuncSetAttribute(lab_gemm_mn<N, SWAP>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  lab_gemm_mn<N, SWAP><<<1, 128, smem>>>(dO, dA, dB);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  float *hO = (float *)malloc(64 * N * 4);
+  CK(cudaMemcpy(hO, dO, 64 * N * 4, cudaMemcpyDeviceToHost));
+  int bad = 0;
+  for (int i = 0; i < 64; i++)
+    for (int j = 0; j < N; j++) {
+      double s = 0.0;
+      for (int k = 0; k < K; k++) s += (double)__bfloat162float(hA[k * 64 + i]) * __bfloat162float(hB[k * N + j]);
+      const double e = fabs(s - hO[i * N + j]);
+      if (!(e <= 1e-3 * (1.0 + fabs(s)))) {
+        if (bad < 2) printf("  %s: D[%d][%d] = %g, expected %g\n", name, i, j, hO[i * N + j], s);
+        bad++;
+      }
+    }
+  printf("%s (MF_WG_MN_SWAP %d%s): %d bad of %d -> %s\n", name, SWAP,
+         SWAP == MF_WG_MN_SWAP ? ", the kernels' choice" : ", the alternative", bad, 64 * N,
+         bad ? "FAIL" : "ok");
+  free(hA); free(hB); free(hO);
+  CK(cudaFree(dA)); CK(cudaFree(dB)); CK(cudaFree(dO));
+  return bad != 0;
+}
+
 int main(void) {
   int fails = 0;
   fails += check<64, false>("ss m64n64k16 K=128");
   fails += check<128, false>("ss m64n128k16 K=128");
   fails += check<64, true>("rs m64n64k16 K=128");
   fails += check<128, true>("rs m64n128k16 K=128");
+  /* MN-major (both transposed), both descriptor encodings: only the one the kernels use
+   * (MF_WG_MN_SWAP) counts as a failure; the other is printed for the record (with
+   * m64 / n64 one 64-element block, only SBO matters; n128 needs LBO too) */
+  int alt_ok = 0, mn_fail = 0;
+  mn_fail += check_mn<64, MF_WG_MN_SWAP>("ss tt m64n64k16 K=128");
+  mn_fail += check_mn<128, MF_WG_MN_SWAP>("ss tt m64n128k16 K=128");
+  alt_ok += !check_mn<64, !MF_WG_MN_SWAP>("ss tt m64n64k16 K=128");
+  alt_ok += !check_mn<128, !MF_WG_MN_SWAP>("ss tt m64n128k16 K=128");
+  if (mn_fail && alt_ok == 2)
+    printf("MN-major: set MF_WG_MN_SWAP to %d in src/ops/cuda/wgmma_ptx.cuh (the alternative encoding is the right one)\n",
+           !MF_WG_MN_SWAP);
+  fails += mn_fail;
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   float *sink;
@@ -196,6 +290,6 @@ int main(void) {
   const double fl = (double)sms * 2 * iters * 8 * 2.0 * 64 * 128 * 16;
   printf("rate: ss m64n128k16, 2 warpgroups x %d SMs: %.1f TFLOP/s (%.3f ms)\n", sms, fl / ms / 1e9, ms);
   CK(cudaFree(sink));
-  printf("%d passed, %d failed\n", 4 - fails, fails);
+  printf("%d passed, %d failed\n", 6 - fails, fails);
   return fails != 0;
 }

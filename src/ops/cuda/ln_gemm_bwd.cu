@@ -63,7 +63,8 @@
  * sigmoid, two CTAs per SM; 6 = 8 warps of 32 rows (two m16 tiles: 256-row tiles, each
  * B fragment feeds four mma instead of two), chunks of 32, fast sigmoid, one CTA per SM
  * (216 KiB of shared memory at C = 128). */
-#define LGB_NVAR 6 /* the largest configuration number */
+#define LGB_NVAR 7 /* the largest configuration number (7: ln_linear_bwd_wg.cu, LINEAR) */
+#define LGB_WG 7
 static int lgb_is_light(int var) { return var >= 4 && var <= 6; }
 /* Defaults per kind (LINEAR, GATED, SWIGLU): 0 = staging + cuBLAS, because every
  * configuration measured slower (see the file comment). */
@@ -92,9 +93,13 @@ static int lgb_shape_ok(int kind, int C, int O, mf_ln_mode mode, const void *p0,
 
 extern "C" int mf_ln_gemm_bwd_supported(int kind, int C, int O, mf_ln_mode mode, const void *p0,
                                         const void *p1, const void *p2, const void *p3) {
-  return kind >= 0 && kind <= 2 && g_lgb_variant[kind] &&
+  return kind >= 0 && kind <= 2 && g_lgb_variant[kind] && g_lgb_variant[kind] != LGB_WG &&
          (kind == MF_LGB_SWIGLU || !lgb_is_light(g_lgb_variant[kind])) &&
          lgb_shape_ok(kind, C, O, mode, p0, p1, p2, p3);
+}
+
+extern "C" int mf_ln_gemm_bwd_wg(int kind) {
+  return kind == MF_LGB_LINEAR && g_lgb_variant[kind] == LGB_WG;
 }
 
 extern "C" int mf_ln_gemm_bwd_light(int kind) {
@@ -654,7 +659,7 @@ extern "C" int mf_ln_gemm_bwd_cuda(int kind, bf16 *dinp, int add, float *part, b
   /* variant 0 (the ops' staging path) does not stop a direct call: configuration 1; the
    * light configurations run only for SWIGLU without dinp and part, else configuration 2
    * (for 5) or 3 (for 4, 6), which form dy */
-  int var = g_lgb_variant[kind] ? g_lgb_variant[kind] : 1;
+  int var = g_lgb_variant[kind] && g_lgb_variant[kind] != LGB_WG ? g_lgb_variant[kind] : 1;
   if (lgb_is_light(var) && (kind != MF_LGB_SWIGLU || dinp || part)) var = var == 5 ? 2 : 3;
   MF_ASSERT(lgb_shape_ok(kind, C, O, mode, inp, dout, w, w_o) && mean && rstd && inp && dout && w, "ln_gemm_bwd: unsupported kind=%d C=%d O=%d mode=%d",
             kind, C, O, (int)mode);
