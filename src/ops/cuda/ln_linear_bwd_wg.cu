@@ -4,30 +4,36 @@
  * out = y·Wᵀ + bias, y = LN(inp) (FULL / SCALE / NONE), from dout and the saved (mean,
  * rstd) it forms
  *   dy (rows, C) = dout·W          dinp = the LayerNorm backward of dy (ASSIGNED)
- *   dW (O, C) += doutᵀ·y           dbias (O) += Σ dout      dγ += Σ dy⊙x̂, dβ += Σ dy
- * reading inp and dout once and writing dinp once. Not the CPU reference, not a forward,
- * not the gated projection or the transition (they keep the other configurations).
+ *   G (O, C) = doutᵀ·x̂             db (O) = Σ dout          (x̂ = (inp − μ)·rstd)
+ * and from those (the reduce kernels, after summing the CTAs' G and db)
+ *   dW += γ ⊙ G + db ⊗ β           dbias += db
+ *   dγ += Σ_o W ⊙ G                 dβ += Σ_o W·db  (= Σ dy⊙x̂ and Σ dy: dy = dout·W)
+ * — so the kernel never sums dy over rows (no column partials of dy, no shuffles for
+ * them), reading inp and dout once and writing dinp once. Not the CPU reference, not a
+ * forward, not the gated projection or the transition (they keep the other
+ * configurations).
  *
  * A CTA is two warpgroups over 128-row tiles, 64 rows each (transition_wg.cu's structure).
  * Once per CTA: Wᵀ (C × O) into shared memory, transposed by scalar stores, in the
  * swizzled K-major layout of wgmma_ptx.cuh (B of dy = dout·W). Per tile, with the raw
  * inp and dout tiles cp.async'd (swizzled, rows ≥ M zero-filled) during the previous tile:
- *   1. all threads: y = LN(inp) from (mean, rstd) into the swizzled layout; the per-thread
- *      column sums of dout (dbias);
+ *   1. all threads: x̂ (bf16) from (mean, rstd) into the swizzled layout (rows ≥ M zero);
+ *      the per-thread column sums of dout (db);
  *   2. each warpgroup issues dy (64 × C, fp32 registers) = dout·W (O/16 × m64n128k16, A
- *      its 64 dout rows, B = Wᵀ) and then dW_acc (64 × 128 or 64 × 64 fp32 registers,
- *      kept over all the CTA's tiles) += doutᵀ·y (8 × wgmma with BOTH operands MN-major:
- *      the dout and y tiles as stored ARE doutᵀ and yᵀ in wgmma's transposed form, see
- *      mf_wg_desc_mn); it waits only for dy, so the dW product runs during 3.;
- *   3. the LayerNorm backward from the dy fragments: x̂ re-read from the raw tile (the
- *      fragment positions are conflict-free in the swizzled layout), row sums across the
- *      quad by shuffles, dinp written in place over the raw tile (each thread overwrites
- *      exactly what it read), then 16-byte stores of the warpgroup's rows; column
- *      partials of dγ / dβ over the 8 row groups by shuffles, over the 8 warps through
- *      shared memory in warp order, over the CTA's tiles in tile order in registers.
- * The end: one partial row per CTA, [dW (O × C) | dbias (O) | dγ (C) | dβ (C)] fp32, and a
- * reduce kernel adds Σ over the CTAs in CTA order to the gradients (no atomics; the grid
- * is min(tiles, SMs), so two runs are bit-identical).
+ *      its 64 dout rows, B = Wᵀ) and then G_acc (64 × 128 or 64 × 64 fp32 registers,
+ *      kept over all the CTA's tiles) += doutᵀ·x̂ (8 × wgmma with BOTH operands MN-major:
+ *      the dout and x̂ tiles as stored ARE doutᵀ and x̂ᵀ in wgmma's transposed form, see
+ *      mf_wg_desc_mn); it waits only for dy, so the G product runs during 3.;
+ *   3. the LayerNorm backward from the dy fragments (when dinp is wanted): x̂ recomputed
+ *      in fp32 from the raw tile (the fragment positions are conflict-free in the swizzled
+ *      layout), row sums across the quad by shuffles, dinp written in place over the raw
+ *      tile (each thread overwrites exactly what it read), then 16-byte stores of the
+ *      warpgroup's rows.
+ * The end: one partial row per CTA, [G (O × C) | db (O)] fp32; lw_sum_kernel sums them in
+ * CTA order (into row 0), lw_param_kernel forms dW, dbias, dγ, dβ (fixed-order tree sums
+ * over o). No atomics; the grid is min(tiles, SMs), so two runs are bit-identical.
+ * Numerics: G from bf16 x̂ (the staging path's dW GEMM used bf16 y); dγ, dβ through G and
+ * db in fp32 (the staging path: Σ over rows of fp32 dy).
  * Work per 128-row tile: 2 × 128·128·O·2 FLOP on the tensor cores, 32 KB + 256·O B read,
  * 32 KB written. Not yet run on a GPU (see the report of branch h-lbw). */
 #include "ln_gemm_bwd_cuda.h"
@@ -41,22 +47,22 @@
 
 /* Shared memory, byte offsets from a 1024-aligned base (operand blocks 1024-aligned):
  *   wt: Wᵀ, O/64 blocks of (C rows × 128 B); xs[2]: raw inp tiles (then dinp), C/64 blocks
- *   of (LG_BM rows × 128 B); ds[2]: dout tiles, O/64 blocks; ys: y, like xs;
- *   red: (8 warps, 2C) fp32 column partials; gb: γ, β (C each) fp32. */
+ *   of (LG_BM rows × 128 B); ds[2]: dout tiles, O/64 blocks; ys: x̂, like xs;
+ *   red: (LW_THREADS) fp32 for the final db sums, then γ (C) fp32. */
 template <int O>
 struct lw_layout {
   static constexpr int C = LW_C;
-  static constexpr int WT = C * O * 2, XT = LG_BM * C * 2, DT = LG_BM * O * 2, RED = 8 * 2 * C * 4;
+  static constexpr int WT = C * O * 2, XT = LG_BM * C * 2, DT = LG_BM * O * 2;
   static constexpr int wt = 0, xs = WT, ds = xs + 2 * XT, ys = ds + 2 * DT, red = ys + XT;
-  static constexpr int gb = red + RED, bytes = gb + 2 * C * 4 + 1024; /* + alignment slack */
-  static constexpr int PL = O * C + O + 2 * C; /* partial row length (floats) */
+  static constexpr int bytes = red + (LW_THREADS + C) * 4 + 1024; /* + alignment slack */
 };
+/* partial row length (floats): [G (O × C) | db (O)] */
+static __host__ __device__ __forceinline__ int lw_pl(int O) { return O * LW_C + O; }
 static_assert(lw_layout<128>::bytes <= 227 * 1024, "ln_linear_bwd_wg: shared memory");
-static_assert(2 * LW_C == LW_THREADS, "ln_linear_bwd_wg: one [dγ | dβ] column per thread");
 
 struct lw_params {
   bf16 *dinp;        /* (M, C) or NULL */
-  float *part;       /* (grid, PL) */
+  float *part;       /* (grid, lw_pl(O)) */
   const bf16 *dout;  /* (M, O) */
   const float *mean; /* (M) */
   const float *rstd; /* (M) */
@@ -65,9 +71,10 @@ struct lw_params {
   const bf16 *beta;  /* (C) */
   const bf16 *w;     /* (O, C) */
   int64_t M;
-  int mode, need_dy, need_dw, need_db, need_gb; /* need_dy: dinp or dγ/dβ wanted, need_dw:
-  dweight; both GEMMs run regardless (the wgmma pipeline stays free of branches: ptxas
-  serialises wgmma it cannot prove waited for) */
+  /* both GEMMs run regardless (the wgmma pipeline stays free of branches: ptxas
+   * serialises wgmma it cannot prove waited for); the LayerNorm backward only with dinp */
+  int mode;
+  int need_g; /* G and db wanted (dweight, dbias, dgamma or dbeta) */
 };
 
 /* 16 bytes global → shared by cp.async, zero-filled past `bytes` (0 or 16). */
@@ -105,50 +112,36 @@ static __device__ __forceinline__ void lw_bar_wg(int wg) { /* the 128 threads of
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
 }
 
-/* Sums a, b, c, d over the 8 lanes of equal lane % 4 (the 8 row groups of a fragment). */
-static __device__ __forceinline__ void lw_sum_rows4(float &a, float &b, float &c, float &d) {
-#pragma unroll
-  for (int o = 4; o < 32; o <<= 1) {
-    a += __shfl_xor_sync(0xffffffffu, a, o);
-    b += __shfl_xor_sync(0xffffffffu, b, o);
-    c += __shfl_xor_sync(0xffffffffu, c, o);
-    d += __shfl_xor_sync(0xffffffffu, d, o);
-  }
-}
-
 template <int O>
 static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_params p) {
   typedef lw_layout<O> L;
   constexpr int C = LW_C, NQ = LW_THREADS / O, RPG = LG_BM / NQ; /* dbias: row groups */
-  constexpr int DWN = O == 128 ? 128 : 64;                       /* dW columns per warpgroup */
+  constexpr int DWN = O == 128 ? 128 : 64;                       /* G columns per warpgroup */
   extern __shared__ unsigned char lw_raw[];
   unsigned char *sm = lw_raw + ((1024u - (mf_smem_u32(lw_raw) & 1023u)) & 1023u);
-  float *red = (float *)(sm + L::red), *sg = (float *)(sm + L::gb), *sb = sg + C;
+  float *red = (float *)(sm + L::red), *sg = red + LW_THREADS;
   const int tid = (int)threadIdx.x, lane = tid & 31, warp = lg_warp_id(), wg = warp >> 2, wl = warp & 3;
   const int q = lane & 3;
   const int64_t M = p.M, ntiles = (M + LG_BM - 1) / LG_BM;
   const uint32_t wt_u = mf_smem_u32(sm + L::wt), ys_u = mf_smem_u32(sm + L::ys);
 
-  for (int c = tid; c < C; c += LW_THREADS) {
-    sg[c] = p.mode == MF_LN_NONE ? 1.0f : mf_bf16_to_f32(p.gamma[c]);
-    sb[c] = p.mode == MF_LN_FULL ? mf_bf16_to_f32(p.beta[c]) : 0.0f;
-  }
+  for (int c = tid; c < C; c += LW_THREADS) sg[c] = p.mode == MF_LN_NONE ? 1.0f : mf_bf16_to_f32(p.gamma[c]);
   /* Wᵀ: element (c, o) at block o/64, swizzled row c */
   for (int idx = tid; idx < O * C / 8; idx += LW_THREADS) {
-      const int o = idx / (C / 8), c8 = (idx % (C / 8)) * 8;
-      const uint4 v = *(const uint4 *)(p.w + (int64_t)o * C + c8);
-      const bf16 *e = (const bf16 *)&v;
+    const int o = idx / (C / 8), c8 = (idx % (C / 8)) * 8;
+    const uint4 v = *(const uint4 *)(p.w + (int64_t)o * C + c8);
+    const bf16 *e = (const bf16 *)&v;
 #pragma unroll
-      for (int j = 0; j < 8; j++)
-        *(bf16 *)(sm + L::wt + (o / 64) * (C * 128) + mf_sw128(c8 + j, o % 64)) = e[j];
-    }
+    for (int j = 0; j < 8; j++)
+      *(bf16 *)(sm + L::wt + (o / 64) * (C * 128) + mf_sw128(c8 + j, o % 64)) = e[j];
+  }
   lw_load<O>(sm + L::xs, sm + L::ds, p, blockIdx.x, ntiles);
   mf_cp_async_commit();
 
-  float dw[DWN / 2]; /* dW rows (O == 128: 64·wg ..) × columns (O == 64: 64·wg ..) */
+  float dw[DWN / 2]; /* G rows (O == 128: 64·wg ..) × columns (O == 64: 64·wg ..) */
 #pragma unroll
   for (int i = 0; i < DWN / 2; i++) dw[i] = 0.0f;
-  float pacc = 0.0f, dbacc = 0.0f; /* column tid of [dγ | dβ]; dbias column tid % O */
+  float dbacc = 0.0f; /* Σ dout of column tid % O over the tiles' row group tid / O */
   int it = 0;
   for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x, it++) {
     const int buf = it & 1;
@@ -158,11 +151,11 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
     const int rows = (int)(M - m0 < LG_BM ? M - m0 : LG_BM);
     mf_cp_async_wait<0>();
     mf_fence_proxy_async();
-    __syncthreads(); /* tile t here; the previous tile done (ys, red, buffers buf ^ 1 free) */
+    __syncthreads(); /* tile t here; the previous tile done (ys, buffers buf ^ 1 free) */
     lw_load<O>(sm + L::xs + (buf ^ 1) * L::XT, sm + L::ds + (buf ^ 1) * L::DT, p, t + gridDim.x, ntiles);
     mf_cp_async_commit();
 
-    /* 1. y = LN(inp) (rows ≥ M: zeros) in the layout of xs; dbias column sums */
+    /* 1. x̂ (rows ≥ M: zeros) in the layout of xs; db column sums */
     {
 #pragma unroll 2
       for (int i = 0; i < LG_BM * (C / 8) / LW_THREADS; i++) {
@@ -174,10 +167,8 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
           uint32_t *u = (uint32_t *)&v;
 #pragma unroll
           for (int j = 0; j < 4; j++) {
-            const int c = ch * 8 + 2 * j;
             const __nv_bfloat162 x2 = *(const __nv_bfloat162 *)&u[j];
-            const __nv_bfloat162 y2 = __floats2bfloat162_rn((__low2float(x2) - mu) * rs * sg[c] + sb[c],
-                                                            (__high2float(x2) - mu) * rs * sg[c + 1] + sb[c + 1]);
+            const __nv_bfloat162 y2 = __floats2bfloat162_rn((__low2float(x2) - mu) * rs, (__high2float(x2) - mu) * rs);
             u[j] = *(const uint32_t *)&y2;
           }
         } else {
@@ -186,7 +177,7 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
         *(uint4 *)(sm + L::ys + off) = v;
       }
     }
-    if (p.need_db) {
+    if (p.need_g) {
       const int o = tid % O, rg = tid / O;
       const unsigned char *col = db + (o / 64) * (LG_BM * 128);
       float s = 0.0f;
@@ -195,9 +186,9 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
       dbacc += s;
     }
     mf_fence_proxy_async();
-    __syncthreads(); /* y ready */
+    __syncthreads(); /* x̂ ready */
 
-    /* 2. dy = dout·W (this warpgroup's 64 rows); dW_acc += doutᵀ·y (all 128 rows) */
+    /* 2. dy = dout·W (this warpgroup's 64 rows); G_acc += doutᵀ·x̂ (all 128 rows) */
     float dy[C / 2];
     mf_wg_fence();
     {
@@ -223,9 +214,9 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
     }
 
     /* 3. the LayerNorm backward of rows ra, rb = ra + 8 from dy */
-    mf_wg_wait<1>(); /* dy done; the dW product may still run */
+    mf_wg_wait<1>(); /* dy done; the G product may still run */
     mf_wg_pin(dy);
-    if (p.need_dy) {
+    if (p.dinp) {
       const int ra = wg * 64 + wl * 16 + (lane >> 2), rb = ra + 8;
       const bool oka = ra < rows, okb = rb < rows;
       const float mua = oka ? p.mean[m0 + ra] : 0.0f, rsa = oka ? p.rstd[m0 + ra] : 0.0f;
@@ -245,17 +236,8 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
         sgxa += ga0 * xa0 + ga1 * xa1;
         sgb += gb0 + gb1;
         sgxb += gb0 * xb0 + gb1 * xb1;
-        if (p.need_gb) { /* column partials over the warp's 16 rows */
-          float q0 = dy[4 * i] * xa0 + dy[4 * i + 2] * xb0, q1 = dy[4 * i + 1] * xa1 + dy[4 * i + 3] * xb1;
-          float b0 = dy[4 * i] + dy[4 * i + 2], b1 = dy[4 * i + 1] + dy[4 * i + 3];
-          lw_sum_rows4(q0, q1, b0, b1);
-          if (lane < 4) {
-            *(float2 *)(red + warp * 2 * C + c) = make_float2(q0, q1);
-            *(float2 *)(red + warp * 2 * C + C + c) = make_float2(b0, b1);
-          }
-        }
       }
-      if (p.dinp) {
+      {
 #pragma unroll
         for (int o = 1; o < 4; o <<= 1) {
           sga += __shfl_xor_sync(0xffffffffu, sga, o);
@@ -291,21 +273,14 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
         }
       }
     }
-    if (p.need_gb) {
-      __syncthreads(); /* red complete */
-      float s = 0.0f;
-#pragma unroll
-      for (int w = 0; w < 8; w++) s += red[w * 2 * C + tid];
-      pacc += s;
-    }
     mf_wg_wait<0>(); /* before the next tile's barrier lets ys and this dout buffer change */
     mf_wg_pin(dw);
   }
   mf_cp_async_wait<0>();
 
-  /* the CTA's partial row [dW | dbias | dγ | dβ] */
-  float *pr = p.part + (int64_t)blockIdx.x * L::PL;
-  if (p.need_dw) {
+  /* the CTA's partial row [G | db] */
+  float *pr = p.part + (int64_t)blockIdx.x * lw_pl(O);
+  if (p.need_g) {
     const int oa = (O == 128 ? wg * 64 : 0) + wl * 16 + (lane >> 2), c0 = O == 128 ? 0 : wg * 64;
 #pragma unroll
     for (int i = 0; i < DWN / 8; i++) {
@@ -314,34 +289,60 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
       *(float2 *)(pr + (int64_t)(oa + 8) * C + c) = make_float2(dw[4 * i + 2], dw[4 * i + 3]);
     }
   }
-  __syncthreads(); /* red free */
   red[tid] = dbacc;
   __syncthreads();
-  if (p.need_db && tid < O) {
+  if (p.need_g && tid < O) {
     float s = 0.0f;
 #pragma unroll
     for (int g = 0; g < NQ; g++) s += red[g * O + tid];
     pr[O * C + tid] = s;
   }
-  if (p.need_gb) pr[O * C + O + tid] = pacc;
 }
 
-/* grad (+)= Σ over the CTAs' partial rows, in CTA order; one thread per column of
- * [dW | dbias | dγ | dβ] (absent gradients skipped). */
-static __global__ void lw_reduce_kernel(float *__restrict__ dweight, float *__restrict__ dbias,
-                                        float *__restrict__ dgamma, float *__restrict__ dbeta,
-                                        const float *__restrict__ part, int parts, int O, int C) {
-  const int PL = O * C + O + 2 * C, j = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-  float *dst = NULL;
-  if (j < O * C) dst = dweight ? dweight + j : NULL;
-  else if (j < O * C + O) dst = dbias ? dbias + (j - O * C) : NULL;
-  else if (j < O * C + O + C) dst = dgamma ? dgamma + (j - O * C - O) : NULL;
-  else if (j < PL) dst = dbeta ? dbeta + (j - O * C - O - C) : NULL;
-  if (!dst) return;
+/* Row 0 of part (parts, PL) := Σ over its rows in row order, one thread per column. */
+static __global__ void lw_sum_kernel(float *__restrict__ part, int parts, int PL) {
+  const int j = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+  if (j >= PL) return;
   float s = 0.0f;
 #pragma unroll 8
   for (int k = 0; k < parts; k++) s += part[(int64_t)k * PL + j];
-  *dst += s;
+  part[j] = s;
+}
+
+/* From the summed G (O, C) and db (O) (row 0 of part): block c, thread o (O threads):
+ * dW[o][c] += γ_c·G[o][c] + β_c·db[o]; dγ[c] += Σ_o W[o][c]·G[o][c], dβ[c] += Σ_o W[o][c]·db[o]
+ * (fixed tree order); block 0: dbias[o] += db[o]. γ = 1 / β = 0 where the mode has none. */
+template <int O>
+static __global__ void lw_param_kernel(float *__restrict__ dweight, float *__restrict__ dbias,
+                                       float *__restrict__ dgamma, float *__restrict__ dbeta,
+                                       const float *__restrict__ tot, const bf16 *__restrict__ w,
+                                       const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
+                                       int mode) {
+  constexpr int C = LW_C;
+  __shared__ float sa[O], sb[O];
+  const int c = (int)blockIdx.x, o = (int)threadIdx.x;
+  const float g = tot[o * C + c], db = tot[O * C + o], wv = mf_bf16_to_f32(w[o * C + c]);
+  if (dweight) {
+    const float gc = mode == MF_LN_NONE ? 1.0f : mf_bf16_to_f32(gamma[c]);
+    const float bc = mode == MF_LN_FULL ? mf_bf16_to_f32(beta[c]) : 0.0f;
+    dweight[o * C + c] += gc * g + bc * db;
+  }
+  if (dbias && c == 0) dbias[o] += db;
+  sa[o] = wv * g;
+  sb[o] = wv * db;
+  __syncthreads();
+#pragma unroll
+  for (int h = O / 2; h > 0; h >>= 1) {
+    if (o < h) {
+      sa[o] += sa[o + h];
+      sb[o] += sb[o + h];
+    }
+    __syncthreads();
+  }
+  if (o == 0) {
+    if (dgamma) dgamma[c] += sa[0];
+    if (dbeta) dbeta[c] += sb[0];
+  }
 }
 
 static int lw_aligned(const void *p) { return !p || ((uintptr_t)p & 15) == 0; }
@@ -355,7 +356,7 @@ extern "C" int mf_ln_linear_bwd_wg_supported(int C, int O, mf_ln_mode mode, cons
 
 extern "C" size_t mf_ln_linear_bwd_wg_workspace(int C, int O) {
   if (C != LW_C || (O != 64 && O != 128)) return 0;
-  return (size_t)mf_sm_count() * (size_t)(O * C + O + 2 * C) * sizeof(float);
+  return (size_t)mf_sm_count() * (size_t)lw_pl(O) * sizeof(float);
 }
 
 template <int O>
@@ -387,11 +388,17 @@ extern "C" void mf_ln_linear_bwd_wg_cuda(bf16 *dinp, float *dgamma, float *dbeta
   if (M <= 0 || (!dinp && !dgamma && !dbeta && !dweight && !dbias)) return;
   const int64_t ntiles = (M + LG_BM - 1) / LG_BM;
   const int grid = (int)(ntiles < mf_sm_count() ? ntiles : mf_sm_count());
-  lw_params p = {dinp, part, dout, mean, rstd, inp, gamma, beta, weight, M, (int)mode,
-                 dinp || dgamma || dbeta, dweight != NULL, dbias != NULL, dgamma || dbeta};
+  const int need_g = dweight || dbias || dgamma || dbeta;
+  lw_params p = {dinp, part, dout, mean, rstd, inp, gamma, beta, weight, M, (int)mode, need_g};
   if (O == 128) lw_launch<128>(p, grid, stream);
   else lw_launch<64>(p, grid, stream);
-  const int PL = O * C + O + 2 * C;
-  lw_reduce_kernel<<<(PL + 255) / 256, 256, 0, stream>>>(dweight, dbias, dgamma, dbeta, part, grid, O, C);
+  if (!need_g) return;
+  const int PL = lw_pl(O);
+  lw_sum_kernel<<<(PL + 255) / 256, 256, 0, stream>>>(part, grid, PL);
+  MF_CHECK_LAUNCH();
+  if (O == 128)
+    lw_param_kernel<128><<<C, 128, 0, stream>>>(dweight, dbias, dgamma, dbeta, part, weight, gamma, beta, (int)mode);
+  else
+    lw_param_kernel<64><<<C, 64, 0, stream>>>(dweight, dbias, dgamma, dbeta, part, weight, gamma, beta, (int)mode);
   MF_CHECK_LAUNCH();
 }
