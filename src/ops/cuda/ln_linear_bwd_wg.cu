@@ -48,13 +48,13 @@
 /* Shared memory, byte offsets from a 1024-aligned base (operand blocks 1024-aligned):
  *   wt: Wᵀ, O/64 blocks of (C rows × 128 B); xs[2]: raw inp tiles (then dinp), C/64 blocks
  *   of (LG_BM rows × 128 B); ds[2]: dout tiles, O/64 blocks; ys: x̂, like xs;
- *   red: (LW_THREADS) fp32 for the final db sums, then γ (C) fp32. */
+ *   red: (2·LW_THREADS) fp32 for the final db sums, then γ (C) fp32. */
 template <int O>
 struct lw_layout {
   static constexpr int C = LW_C;
   static constexpr int WT = C * O * 2, XT = LG_BM * C * 2, DT = LG_BM * O * 2;
   static constexpr int wt = 0, xs = WT, ds = xs + 2 * XT, ys = ds + 2 * DT, red = ys + XT;
-  static constexpr int bytes = red + (LW_THREADS + C) * 4 + 1024; /* + alignment slack */
+  static constexpr int bytes = red + (2 * LW_THREADS + C) * 4 + 1024; /* + alignment slack */
 };
 /* partial row length (floats): [G (O × C) | db (O)] */
 static __host__ __device__ __forceinline__ int lw_pl(int O) { return O * LW_C + O; }
@@ -115,11 +115,13 @@ static __device__ __forceinline__ void lw_bar_wg(int wg) { /* the 128 threads of
 template <int O>
 static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_params p) {
   typedef lw_layout<O> L;
-  constexpr int C = LW_C, NQ = LW_THREADS / O, RPG = LG_BM / NQ; /* dbias: row groups */
+  /* db: thread tid sums columns o2, o2 + 1 (o2 = 2·(tid % (O/2))) over row group tid / (O/2)
+   * (NQ groups of RPG rows) */
+  constexpr int C = LW_C, NQ = LW_THREADS / (O / 2), RPG = LG_BM / NQ;
   constexpr int DWN = O == 128 ? 128 : 64;                       /* G columns per warpgroup */
   extern __shared__ unsigned char lw_raw[];
   unsigned char *sm = lw_raw + ((1024u - (mf_smem_u32(lw_raw) & 1023u)) & 1023u);
-  float *red = (float *)(sm + L::red), *sg = red + LW_THREADS;
+  float *red = (float *)(sm + L::red), *sg = red + 2 * LW_THREADS;
   const int tid = (int)threadIdx.x, lane = tid & 31, warp = lg_warp_id(), wg = warp >> 2, wl = warp & 3;
   const int q = lane & 3;
   const int64_t M = p.M, ntiles = (M + LG_BM - 1) / LG_BM;
@@ -141,7 +143,7 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
   float dw[DWN / 2]; /* G rows (O == 128: 64·wg ..) × columns (O == 64: 64·wg ..) */
 #pragma unroll
   for (int i = 0; i < DWN / 2; i++) dw[i] = 0.0f;
-  float dbacc = 0.0f; /* Σ dout of column tid % O over the tiles' row group tid / O */
+  float dbacc0 = 0.0f, dbacc1 = 0.0f; /* Σ dout of columns o2, o2 + 1 over the row group */
   int it = 0;
   for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x, it++) {
     const int buf = it & 1;
@@ -178,12 +180,17 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
       }
     }
     if (p.need_g) {
-      const int o = tid % O, rg = tid / O;
-      const unsigned char *col = db + (o / 64) * (LG_BM * 128);
-      float s = 0.0f;
+      const int o2 = 2 * (tid % (O / 2)), rg = tid / (O / 2);
+      const unsigned char *col = db + (o2 / 64) * (LG_BM * 128);
+      float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll 8
-      for (int r = rg * RPG; r < (rg + 1) * RPG; r++) s += mf_bf16_to_f32(*(const bf16 *)(col + mf_sw128(r, o % 64)));
-      dbacc += s;
+      for (int r = rg * RPG; r < (rg + 1) * RPG; r++) {
+        const __nv_bfloat162 v = *(const __nv_bfloat162 *)(col + mf_sw128(r, o2 % 64));
+        s0 += __low2float(v);
+        s1 += __high2float(v);
+      }
+      dbacc0 += s0;
+      dbacc1 += s1;
     }
     mf_fence_proxy_async();
     __syncthreads(); /* x̂ ready */
@@ -289,7 +296,11 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
       *(float2 *)(pr + (int64_t)(oa + 8) * C + c) = make_float2(dw[4 * i + 2], dw[4 * i + 3]);
     }
   }
-  red[tid] = dbacc;
+  {
+    const int o2 = 2 * (tid % (O / 2)), rg = tid / (O / 2);
+    red[rg * O + o2] = dbacc0;
+    red[rg * O + o2 + 1] = dbacc1;
+  }
   __syncthreads();
   if (p.need_g && tid < O) {
     float s = 0.0f;
