@@ -774,14 +774,21 @@ int main(void) {
     mf_ln_gemm_bwd_set_variant(bv);
     printf("test_fusion_gpu: backward configuration %d (mf_ln_gemm_bwd_set_variant)\n", bv);
     if (bv == 7) { /* the wgmma LN + Linear backward: C = 128, O = 64 / 128 (else staging) */
+      const int64_t calls0 = mf_ln_linear_bwd_wg_calls();
       test_ln_linear(1000, 128, 128, MF_LN_FULL, 1, 0, s += 20, 1);  /* partial last tile */
+      /* each test_ln_linear runs the backward twice (the determinism rerun) */
+      MF_TEST(mf_ln_linear_bwd_wg_calls() == calls0 + 2,
+              "backward configuration 7: ln_linear took the wgmma kernel (%lld launches)",
+              (long long)(mf_ln_linear_bwd_wg_calls() - calls0));
       test_ln_linear(1, 128, 128, MF_LN_FULL, 1, 0, s += 20, 1);     /* one row */
       test_ln_linear(17000, 128, 128, MF_LN_SCALE, 1, 0, s += 20, 1); /* > 132 tiles */
       test_ln_linear(4099, 128, 64, MF_LN_NONE, 1, 1024, s += 20, 1); /* O = 64 */
       test_ln_linear(129, 128, 64, MF_LN_FULL, 0, 0, s += 20, 1);
       test_ln_linear(256, 128, 128, MF_LN_NONE, 0, 0, s += 20, 1);   /* whole tiles */
       test_ln_linear(17000, 128, 64, MF_LN_FULL, 1, 0, s += 20, 1);
+      const int64_t calls1 = mf_ln_linear_bwd_wg_calls();
       test_ln_linear(1000, 64, 256, MF_LN_SCALE, 1, 0, s += 20, 1);  /* not taken: staging */
+      MF_TEST(mf_ln_linear_bwd_wg_calls() == calls1, "backward configuration 7: C = 64 runs staging");
       for (g_lnl_null = 1; g_lnl_null <= 2; g_lnl_null++) {         /* NULL gradients */
         test_ln_linear(1000, 128, 128, MF_LN_FULL, 1, 0, s += 20, 1);
         test_ln_linear(300, 128, 64, MF_LN_SCALE, 1, 0, s += 20, 1);

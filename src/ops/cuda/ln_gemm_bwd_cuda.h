@@ -83,6 +83,9 @@ int mf_ln_gemm_bwd_wg(int kind);
 int mf_ln_linear_bwd_wg_supported(int C, int O, mf_ln_mode mode, const void *inp,
                                   const void *dout, const void *w, const void *dinp);
 size_t mf_ln_linear_bwd_wg_workspace(int C, int O);
+/* How many times mf_ln_linear_bwd_wg_cuda launched its kernel (the tests check that the op
+ * took this path). */
+int64_t mf_ln_linear_bwd_wg_calls(void);
 void mf_ln_linear_bwd_wg_cuda(__nv_bfloat16 *dinp, float *dgamma, float *dbeta, float *dweight,
                               float *dbias, float *part, size_t part_bytes,
                               const __nv_bfloat16 *dout, const float *mean, const float *rstd,
