@@ -169,10 +169,10 @@ static void fwd_variants(const char *op, int N, bench_fn fn, void *ctx, double b
 
 /* The backward's paths side by side (ln_gemm_bwd_cuda.h configurations): staging + cuBLAS,
  * the mma.sync light kernel (the transition only; the others run staging there) and the
- * wgmma kernel (configuration 8; LINEAR runs staging there). */
+ * wgmma kernels (configuration 7). */
 static void bwd_variants(const char *op, int N, bench_fn fn, void *ctx, double bytes, double flops,
                          double extra) {
-  static const int cfg[3] = {0, 6, 8};
+  static const int cfg[3] = {0, 6, 7};
   static const char *const tag[3] = {"staging", "light6", "wgmma"};
   const int def = mf_ln_gemm_bwd_set_variant(-1);
   for (int v = 0; v < 3; v++) {
@@ -206,6 +206,7 @@ static void bench_n(int N) {
   lnl_fwd(&p);
   row("ln_linear", N, "fwd", median_ms(lnl_fwd, &p), 2 * act, fl_lin, (double)p.wsb + 8.0 * M);
   row("ln_linear", N, "bwd", median_ms(lnl_bwd, &p), 3 * act, 2 * fl_lin, (double)p.wsb);
+  bwd_variants("ln_linear", N, lnl_bwd, &p, 3 * act, 2 * fl_lin, (double)p.wsb);
   MF_CHECK_CUDA(cudaFree(p.ws));
   MF_CHECK_CUDA(cudaFree(p.w1));
   MF_CHECK_CUDA(cudaFree(p.dw1));

@@ -1,7 +1,7 @@
 /* wgmma_lab.cu — checks and times the wgmma wrappers of src/ops/cuda/wgmma_ptx.cuh on an
  * sm_90a GPU: one warpgroup computes D (64 × N) = A (64 × K)·Bᵀ (B: N × K) with A from
  * swizzled shared memory (ss) or from registers (rs), N = 64 and 128, K = 128, B K-major
- * and MN-major (the transposed operand), against a
+ * and MN-major (the transposed operand), and both operands MN-major (mf_wg_ss_*_tt), against a
  * double-precision CPU product of the same bf16 inputs; then the tensor-core rate of a
  * loop of m64n128k16 (ss) with two warpgroups per CTA on every SM. Exits non-zero when a
  * product is wrong. Lab only: the kernels that use the wrappers are tested in
@@ -52,9 +52,9 @@ static __device__ void lab_fill_mn(unsigned char *s, const bf16 *g, int N, int K
   }
 }
 
-/* TB = 1: B in the MN-major layout, descriptors with (lbo, sbo). */
+/* TB = 1: B in the MN-major layout, descriptor encoding swap (mf_wg_desc_mn<SWAP>). */
 template <int N, bool RS, int TB>
-__global__ void lab_gemm(float *out, const bf16 *A, const bf16 *B, unsigned lbo, unsigned sbo) {
+__global__ void lab_gemm(float *out, const bf16 *A, const bf16 *B, int swap) {
   extern __shared__ unsigned char raw[];
   unsigned char *sm = raw + ((1024 - (mf_smem_u32(raw) & 1023)) & 1023);
   unsigned char *As = sm, *Bs = sm + 64 * LAB_K * 2;
@@ -80,7 +80,8 @@ __global__ void lab_gemm(float *out, const bf16 *A, const bf16 *B, unsigned lbo,
 #pragma unroll
   for (int k = 0; k < LAB_K / 16; k++) {
     const int kb = k / 4, kk = k % 4;
-    const uint64_t db = TB ? mf_wg_desc_mn(mf_smem_u32(Bs + k * 2048), lbo, sbo)
+    const uint32_t bmn = mf_smem_u32(Bs + k * 2048);
+    const uint64_t db = TB ? (swap ? mf_wg_desc_mn<1>(bmn, LAB_K * 128) : mf_wg_desc_mn<0>(bmn, LAB_K * 128))
                            : mf_wg_desc(mf_smem_u32(Bs + kb * N * 128 + kk * 32));
     if (RS) {
       if (N == 64) mf_wg_rs_n64<TB>(*(float(*)[32]) d, af[k], db, k > 0);
@@ -90,6 +91,43 @@ __global__ void lab_gemm(float *out, const bf16 *A, const bf16 *B, unsigned lbo,
       if (N == 64) mf_wg_ss_n64<TB>(*(float(*)[32]) d, da, db, k > 0);
       else mf_wg_ss_n128<TB>(*(float(*)[64]) d, da, db, k > 0);
     }
+  }
+  mf_wg_commit();
+  mf_wg_wait<0>();
+  mf_wg_pin(d);
+  for (int i = 0; i < N / 8; i++) {
+    const int c = 8 * i + 2 * t;
+    out[r * N + c] = d[4 * i];
+    out[r * N + c + 1] = d[4 * i + 1];
+    out[(r + 8) * N + c] = d[4 * i + 2];
+    out[(r + 8) * N + c + 1] = d[4 * i + 3];
+  }
+}
+
+/* MN-major (transposed) operands, both at once (mf_wg_ss_n64_tt / n128_tt): D (64 × N) =
+ * Atᵀ·Bt with At (K × 64) and Bt (K × N) row-major, stored as they are (K rows, the M / N
+ * elements contiguous, swizzled 64-column blocks of K rows at K·128 bytes), k16 step =
+ * 16 rows = 2048 bytes; SWAP picks the descriptor encoding (mf_wg_desc_mn). */
+template <int N, int SWAP>
+__global__ void lab_gemm_mn(float *out, const bf16 *At, const bf16 *Bt) {
+  extern __shared__ unsigned char raw[];
+  unsigned char *sm = raw + ((1024 - (mf_smem_u32(raw) & 1023)) & 1023);
+  unsigned char *As = sm, *Bs = sm + 64 * LAB_K * 2;
+  lab_fill(As, At, LAB_K, 64);
+  lab_fill(Bs, Bt, LAB_K, N);
+  mf_fence_proxy_async();
+  __syncthreads();
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32, t = l % 4, r = 16 * w + l / 4;
+  float d[N / 2];
+#pragma unroll
+  for (int i = 0; i < N / 2; i++) d[i] = -1.0f;
+  mf_wg_fence();
+#pragma unroll
+  for (int k = 0; k < LAB_K / 16; k++) {
+    const uint64_t da = mf_wg_desc_mn<SWAP>(mf_smem_u32(As + k * 2048), LAB_K * 128);
+    const uint64_t db = mf_wg_desc_mn<SWAP>(mf_smem_u32(Bs + k * 2048), LAB_K * 128);
+    if (N == 64) mf_wg_ss_n64_tt(*(float(*)[32]) d, da, db, k > 0);
+    else mf_wg_ss_n128_tt(*(float(*)[64]) d, da, db, k > 0);
   }
   mf_wg_commit();
   mf_wg_wait<0>();
@@ -141,7 +179,7 @@ static float frand(unsigned *st) {
 }
 
 template <int N, bool RS, int TB = 0>
-static int check(const char *name, unsigned lbo = 0, unsigned sbo = 0) {
+static int check(const char *name, int swap = 0) {
   const int K = LAB_K;
   bf16 *hA = (bf16 *)malloc(64 * K * 2), *hB = (bf16 *)malloc((size_t)N * K * 2);
   unsigned st = 12345u + N + (RS ? 7 : 0);
@@ -157,7 +195,7 @@ static int check(const char *name, unsigned lbo = 0, unsigned sbo = 0) {
   CK(cudaMemset(dO, 0xff, 64 * N * 4)); /* NaN poison: every element must be written */
   const int smem = (64 + N) * K * 2 + 1024;
   CK(cudaFuncSetAttribute(lab_gemm<N, RS, TB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  lab_gemm<N, RS, TB><<<1, 128, smem>>>(dO, dA, dB, lbo, sbo);
+  lab_gemm<N, RS, TB><<<1, 128, smem>>>(dO, dA, dB, swap);
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   float *hO = (float *)malloc(64 * N * 4);
@@ -183,20 +221,66 @@ static int check(const char *name, unsigned lbo = 0, unsigned sbo = 0) {
   return bad != 0;
 }
 
+/* The MN-major form with descriptor encoding SWAP: returns 1 when wrong. */
+template <int N, int SWAP>
+static int check_mn(const char *name) {
+  const int K = LAB_K;
+  bf16 *hA = (bf16 *)malloc((size_t)K * 64 * 2), *hB = (bf16 *)malloc((size_t)K * N * 2);
+  unsigned st = 777u + N;
+  for (int i = 0; i < K * 64; i++) hA[i] = __float2bfloat16(frand(&st));
+  for (int i = 0; i < K * N; i++) hB[i] = __float2bfloat16(frand(&st));
+  bf16 *dA, *dB;
+  float *dO;
+  CK(cudaMalloc(&dA, (size_t)K * 64 * 2));
+  CK(cudaMalloc(&dB, (size_t)K * N * 2));
+  CK(cudaMalloc(&dO, 64 * N * 4));
+  CK(cudaMemcpy(dA, hA, (size_t)K * 64 * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dB, hB, (size_t)K * N * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemset(dO, 0xff, 64 * N * 4));
+  const int smem = (64 + N) * K * 2 + 1024;
+  CK(cudaFuncSetAttribute(lab_gemm_mn<N, SWAP>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  lab_gemm_mn<N, SWAP><<<1, 128, smem>>>(dO, dA, dB);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  float *hO = (float *)malloc(64 * N * 4);
+  CK(cudaMemcpy(hO, dO, 64 * N * 4, cudaMemcpyDeviceToHost));
+  int bad = 0;
+  for (int i = 0; i < 64; i++)
+    for (int j = 0; j < N; j++) {
+      double s = 0.0;
+      for (int k = 0; k < K; k++) s += (double)__bfloat162float(hA[k * 64 + i]) * __bfloat162float(hB[k * N + j]);
+      const double e = fabs(s - hO[i * N + j]);
+      if (!(e <= 1e-3 * (1.0 + fabs(s)))) {
+        if (bad < 2) printf("  %s: D[%d][%d] = %g, expected %g\n", name, i, j, hO[i * N + j], s);
+        bad++;
+      }
+    }
+  printf("%s (MF_WG_MN_SWAP %d%s): %d bad of %d -> %s\n", name, SWAP,
+         SWAP == MF_WG_MN_SWAP ? ", the kernels' choice" : ", the alternative", bad, 64 * N,
+         bad ? "FAIL" : "ok");
+  free(hA); free(hB); free(hO);
+  CK(cudaFree(dA)); CK(cudaFree(dB)); CK(cudaFree(dO));
+  return bad != 0;
+}
+
 int main(void) {
   int fails = 0;
   fails += check<64, false>("ss m64n64k16 K=128");
   fails += check<128, false>("ss m64n128k16 K=128");
   fails += check<64, true>("rs m64n64k16 K=128");
   fails += check<128, true>("rs m64n128k16 K=128");
-  /* B MN-major: the encoding in wgmma_ptx.cuh (lbo = atom stride along n = K·128 bytes,
-   * sbo = 1024 between 8-row groups along k), then the swapped one (expected to fail at
-   * N = 128, where two atoms are read; printed for the record, not counted) */
-  fails += check<64, false, 1>("ss m64n64k16 K=128 B MN-major", LAB_K * 128, 1024);
-  fails += check<128, false, 1>("ss m64n128k16 K=128 B MN-major", LAB_K * 128, 1024);
-  fails += check<64, true, 1>("rs m64n64k16 K=128 B MN-major", LAB_K * 128, 1024);
-  fails += check<128, true, 1>("rs m64n128k16 K=128 B MN-major", LAB_K * 128, 1024);
-  (void)check<128, true, 1>("rs m64n128k16 K=128 B MN-major, lbo/sbo swapped (info)", 1024, LAB_K * 128);
+  /* B MN-major, then both operands MN-major (mf_wg_ss_*_tt): the encoding of wgmma_ptx.cuh
+   * (MF_WG_MN_SWAP 0: lbo = the atom stride along m/n = K·128 bytes, sbo = 1024 between
+   * 8-row groups along k) counts; the swapped one is printed for the record (it must fail
+   * at N = 128, where two atoms are read) */
+  fails += check<64, false, 1>("ss m64n64k16 K=128 B MN-major");
+  fails += check<128, false, 1>("ss m64n128k16 K=128 B MN-major");
+  fails += check<64, true, 1>("rs m64n64k16 K=128 B MN-major");
+  fails += check<128, true, 1>("rs m64n128k16 K=128 B MN-major");
+  (void)check<128, true, 1>("rs m64n128k16 K=128 B MN-major, lbo/sbo swapped (info)", 1);
+  fails += check_mn<64, MF_WG_MN_SWAP>("ss tt m64n64k16 K=128");
+  fails += check_mn<128, MF_WG_MN_SWAP>("ss tt m64n128k16 K=128");
+  (void)check_mn<128, !MF_WG_MN_SWAP>("ss tt m64n128k16 K=128 (info)");
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   float *sink;
@@ -217,6 +301,6 @@ int main(void) {
   const double fl = (double)sms * 2 * iters * 8 * 2.0 * 64 * 128 * 16;
   printf("rate: ss m64n128k16, 2 warpgroups x %d SMs: %.1f TFLOP/s (%.3f ms)\n", sms, fl / ms / 1e9, ms);
   CK(cudaFree(sink));
-  printf("%d passed, %d failed\n", 8 - fails, fails);
+  printf("%d passed, %d failed\n", 10 - fails, fails);
   return fails != 0;
 }

@@ -20,7 +20,7 @@
  * (src/ops/cuda/ln_gemm_bwd.cu: C 64/128, widths % 64 == 0; M not a multiple of its
  * 128-row tile, M = 1, masks, FULL/SCALE/NONE, several chunks, the adding transition
  * backward in place) with that kernel (its three configurations and, for the transition,
- * the three light ones and the wgmma kernel, configuration 8; it is opt-in) and with
+ * the three light ones; and the wgmma kernels, configuration 7; all opt-in) and with
  * staging + cuBLAS (the default), and the transition backward with gradients skipped
  * (NULL) must reproduce the full call's bits for the gradients it computes. Needs a GPU;
  * not a benchmark. */
@@ -112,6 +112,10 @@ static void *ws_alloc(size_t bytes) {
 
 /* ================================================================ LayerNorm + Linear */
 
+/* Which backward gradients test_ln_linear asks for: 0 all; 1 only dweight and dbeta (dinp,
+ * dgamma, dbias NULL); 2 only dinp, dgamma and dbias (dweight, dbeta NULL). */
+static int g_lnl_null = 0;
+
 static void test_ln_linear(int64_t M, int C, int O, mf_ln_mode mode, int has_bias, int64_t chunk,
                            uint64_t seed, int variant) {
   char what[160];
@@ -161,7 +165,9 @@ static void test_ln_linear(int64_t M, int C, int O, mf_ln_mode mode, int has_bia
     poison(rstd_d, M * 4);
     mf_ln_linear_forward_cuda(out_d, mean_d, rstd_d, x_d, g_d, b_d, W_d, has_bias ? bias_d : NULL,
                               M, C, O, mode, ws, wsb, &g_blas, 0);
-    mf_ln_linear_backward_cuda(dx_d, dg_d, db_d, dW_d, has_bias ? dbias_d : NULL, dout_d, mean_d,
+    const int n1 = g_lnl_null == 1, n2 = g_lnl_null == 2;
+    mf_ln_linear_backward_cuda(n1 ? NULL : dx_d, n1 ? NULL : dg_d, n2 ? NULL : db_d,
+                               n2 ? NULL : dW_d, (has_bias && !n1) ? dbias_d : NULL, dout_d, mean_d,
                                rstd_d, x_d, g_d, b_d, W_d, M, C, O, mode, ws, wsb, &g_blas, 0);
     MF_CHECK_CUDA(cudaDeviceSynchronize());
     raw_add(&runs[run], out_d, M * O * 2);
@@ -171,16 +177,18 @@ static void test_ln_linear(int64_t M, int C, int O, mf_ln_mode mode, int has_bia
     raw_add(&runs[run], db_d, C * 4);
     raw_add(&runs[run], dbias_d, O * 4);
     if (run == 1) continue;
-    snprintf(what, sizeof what, "ln_linear M=%lld C=%d O=%d %s%s chunk=%lld variant=%d", (long long)M,
-             C, O, mode_name(mode), has_bias ? " bias" : "", (long long)chunk, variant);
+    snprintf(what, sizeof what, "ln_linear M=%lld C=%d O=%d %s%s chunk=%lld variant=%d%s", (long long)M,
+             C, O, mode_name(mode), has_bias ? " bias" : "", (long long)chunk, variant,
+             n1 ? " (only dW, dbeta)" : n2 ? " (only dinp, dgamma, dbias)" : "");
     char w2[200];
 #define WHAT(s) (snprintf(w2, sizeof w2, "%s: %s", what, s), w2)
     check_out_stats(what, out_d, out, M * O, mean_d, mean, rstd_d, rstd, M);
-    check_bf16(WHAT("dinp"), dx_d, dx, M * C, TOL);
-    check_grad_inc(WHAT("dweight"), dW_d, W0, dW, (int64_t)O * C, TOL);
-    if (mode != MF_LN_NONE) check_grad_inc(WHAT("dgamma"), dg_d, g0, dg, C, TOL);
-    if (mode == MF_LN_FULL) check_grad_inc(WHAT("dbeta"), db_d, b0, db, C, TOL);
-    if (has_bias) check_grad_inc(WHAT("dbias"), dbias_d, bias0, dbias, O, TOL);
+    /* a gradient not asked for must stay as it was (its reference: the initial value) */
+    if (!n1) check_bf16(WHAT("dinp"), dx_d, dx, M * C, TOL);
+    check_grad_inc(WHAT("dweight"), dW_d, W0, n2 ? W0 : dW, (int64_t)O * C, TOL);
+    if (mode != MF_LN_NONE) check_grad_inc(WHAT("dgamma"), dg_d, g0, n1 ? g0 : dg, C, TOL);
+    if (mode == MF_LN_FULL) check_grad_inc(WHAT("dbeta"), db_d, b0, n2 ? b0 : db, C, TOL);
+    if (has_bias) check_grad_inc(WHAT("dbias"), dbias_d, bias0, n1 ? bias0 : dbias, O, TOL);
   }
   end_runs(runs, what);
   dev_free_all();
@@ -798,11 +806,33 @@ int main(void) {
    * default.
    * M not a multiple of the 128-row tile, masks, FULL/SCALE/NONE, multi-chunk, the adding
    * transition backward in place (dinp = dout), gradients skipped. */
-  for (int bv = 8; bv >= 0; bv--) { /* 8 (wgmma), 6, 5, 4 (light), 3, 2, 1; staging */
-    if (bv == 7) continue;
+  for (int bv = 7; bv >= 0; bv--) { /* 7 (wgmma, LINEAR); 6, 5, 4 (light), 3, 2, 1; staging */
     mf_ln_gemm_bwd_set_variant(bv);
     printf("test_fusion_gpu: backward configuration %d (mf_ln_gemm_bwd_set_variant)\n", bv);
-    if (bv <= 3 || bv == 8) { /* 8: gated on the wgmma kernel (C = 128), LINEAR staging */
+    if (bv == 7) { /* the wgmma LN + Linear backward: C = 128, O = 64 / 128 (else staging);
+                    the gated and transition cases below run ln_gemm_bwd_wg.cu */
+      const int64_t calls0 = mf_ln_linear_bwd_wg_calls();
+      test_ln_linear(1000, 128, 128, MF_LN_FULL, 1, 0, s += 20, 1);  /* partial last tile */
+      /* each test_ln_linear runs the backward twice (the determinism rerun) */
+      MF_TEST(mf_ln_linear_bwd_wg_calls() == calls0 + 2,
+              "backward configuration 7: ln_linear took the wgmma kernel (%lld launches)",
+              (long long)(mf_ln_linear_bwd_wg_calls() - calls0));
+      test_ln_linear(1, 128, 128, MF_LN_FULL, 1, 0, s += 20, 1);     /* one row */
+      test_ln_linear(17000, 128, 128, MF_LN_SCALE, 1, 0, s += 20, 1); /* > 132 tiles */
+      test_ln_linear(4099, 128, 64, MF_LN_NONE, 1, 1024, s += 20, 1); /* O = 64 */
+      test_ln_linear(129, 128, 64, MF_LN_FULL, 0, 0, s += 20, 1);
+      test_ln_linear(256, 128, 128, MF_LN_NONE, 0, 0, s += 20, 1);   /* whole tiles */
+      test_ln_linear(17000, 128, 64, MF_LN_FULL, 1, 0, s += 20, 1);
+      const int64_t calls1 = mf_ln_linear_bwd_wg_calls();
+      test_ln_linear(1000, 64, 256, MF_LN_SCALE, 1, 0, s += 20, 1);  /* not taken: staging */
+      MF_TEST(mf_ln_linear_bwd_wg_calls() == calls1, "backward configuration 7: C = 64 runs staging");
+      for (g_lnl_null = 1; g_lnl_null <= 2; g_lnl_null++) {         /* NULL gradients */
+        test_ln_linear(1000, 128, 128, MF_LN_FULL, 1, 0, s += 20, 1);
+        test_ln_linear(300, 128, 64, MF_LN_SCALE, 1, 0, s += 20, 1);
+      }
+      g_lnl_null = 0;
+    }
+    if (bv <= 3 || bv == 7) { /* 7: gated on the wgmma kernel (C = 128), LINEAR as above */
       test_ln_linear(1000, 64, 256, MF_LN_SCALE, 1, 0, s += 20, 1);
       test_ln_linear(4099, 128, 64, MF_LN_NONE, 0, 1024, s += 20, 1);
       test_ln_linear(1, 128, 128, MF_LN_FULL, 0, 0, s += 20, 1);
@@ -818,7 +848,7 @@ int main(void) {
     test_transition_null(1000, 128, 512, MF_LN_FULL, s += 20);
     test_transition_null(300, 64, 128, MF_LN_SCALE, s += 20);
     test_transition(1, 128, 128, MF_LN_FULL, 1, 0, s += 20, 1); /* one row, in place */
-    if (bv == 8) { /* the wgmma kernel: more tiles than SMs, in place, every LN mode */
+    if (bv == 7) { /* the wgmma kernels: more tiles than SMs, in place, every LN mode */
       test_transition(17000, 128, 512, MF_LN_FULL, 1, 0, s += 20, 3);
       test_transition(17000, 128, 256, MF_LN_SCALE, 0, 0, s += 20, 3);
       test_transition(300, 128, 512, MF_LN_NONE, 1, 0, s += 20, 3);

@@ -63,11 +63,12 @@
  * sigmoid, two CTAs per SM; 6 = 8 warps of 32 rows (two m16 tiles: 256-row tiles, each
  * B fragment feeds four mma instead of two), chunks of 32, fast sigmoid, one CTA per SM
  * (216 KiB of shared memory at C = 128). */
-#define LGB_NVAR 8 /* the largest configuration number */
+#define LGB_NVAR 7 /* the largest configuration number */
+/* Configuration 7: the wgmma kernels — LINEAR: ln_linear_bwd_wg.cu (taken by ln_linear.cu
+ * through mf_ln_gemm_bwd_wg, not through this file's kernel); GATED and SWIGLU:
+ * ln_gemm_bwd_wg.cu (C = 128). Other shapes run staging under it. */
+#define LGB_WG 7
 static int lgb_is_light(int var) { return var >= 4 && var <= 6; }
-/* Configuration 8: the SWIGLU and GATED backwards as the wgmma kernel of ln_gemm_bwd_wg.cu
- * (C = 128; LINEAR and other shapes run staging under it). */
-#define LGB_WG 8
 /* Defaults per kind (LINEAR, GATED, SWIGLU): 0 = staging + cuBLAS, because every
  * configuration measured slower (see the file comment). */
 #define LGB_DEFAULTS {0, 0, 0}
@@ -101,6 +102,10 @@ extern "C" int mf_ln_gemm_bwd_supported(int kind, int C, int O, mf_ln_mode mode,
   return kind >= 0 && kind <= 2 && g_lgb_variant[kind] &&
          (kind == MF_LGB_SWIGLU || !lgb_is_light(g_lgb_variant[kind])) &&
          lgb_shape_ok(kind, C, O, mode, p0, p1, p2, p3);
+}
+
+extern "C" int mf_ln_gemm_bwd_wg(int kind) {
+  return kind == MF_LGB_LINEAR && g_lgb_variant[kind] == LGB_WG;
 }
 
 extern "C" int mf_ln_gemm_bwd_light(int kind) {
@@ -659,7 +664,8 @@ extern "C" int mf_ln_gemm_bwd_cuda(int kind, bf16 *dinp, int add, float *part, b
   MF_ASSERT(kind >= 0 && kind <= 2, "ln_gemm_bwd: kind %d", kind);
   /* variant 0 (the ops' staging path) does not stop a direct call: configuration 1; the
    * light configurations run only for SWIGLU without dinp and part, else configuration 2
-   * (for 5) or 3 (for 4, 6), which form dy */
+   * (for 5) or 3 (for 4, 6), which form dy; 7 runs ln_gemm_bwd_wg.cu where it takes the
+   * shape, else configuration 3 */
   int var = g_lgb_variant[kind] ? g_lgb_variant[kind] : 1;
   if (lgb_is_light(var) && (kind != MF_LGB_SWIGLU || dinp || part)) var = var == 5 ? 2 : 3;
   MF_ASSERT(lgb_shape_ok(kind, C, O, mode, inp, dout, w, w_o) && mean && rstd && inp && dout && w, "ln_gemm_bwd: unsupported kind=%d C=%d O=%d mode=%d",

@@ -56,18 +56,44 @@ enum { MF_LGB_LINEAR = 0, MF_LGB_GATED = 1, MF_LGB_SWIGLU = 2 };
  * staging + cuBLAS) — 4: 8 warps over 128-row tiles, chunks of 64, fast sigmoid, one CTA
  * per SM; 5: 4 warps over 64-row tiles, chunks of 32, fast sigmoid, two CTAs per SM;
  * 6: 8 warps of 32 rows each over 256-row tiles, chunks of 32, fast sigmoid, one CTA per SM;
- * 8: SWIGLU and GATED at C = 128 as one wgmma kernel (ln_gemm_bwd_wg.cu, sm_90a; LINEAR
- * and the other shapes run staging + cuBLAS under it);
+ * 7: the wgmma kernels (sm_90a, C = 128): LINEAR (O = 64 or 128) — the whole LayerNorm +
+ * Linear backward, dy, dinp, dγ/dβ, dW and dbias, in ln_linear_bwd_wg.cu
+ * (mf_ln_linear_bwd_wg_*); GATED (O % 64 == 0, O <= 256) and SWIGLU (Hd % 64 == 0) in
+ * ln_gemm_bwd_wg.cu with this function's contract (mf_ln_gemm_bwd_wg_*); other shapes run
+ * staging + cuBLAS under it;
  * −1: each kind's default (ln_gemm_bwd.cu, LGB_DEFAULTS: the fastest measured, at present
  * 0 for all three). Returns the previous variant of LINEAR. */
 int mf_ln_gemm_bwd_set_variant(int variant);
 
 /* Whether the fused kernel takes this shape: one of its configurations (1..3; 4..6 for
- * SWIGLU) in force for this kind, C 64 or 128, O % 64 == 0
+ * SWIGLU; never under 7) in force for this kind, C 64 or 128, O % 64 == 0
  * (O <= 256 for LINEAR / GATED), mode FULL/SCALE/NONE, the given pointers 16-byte aligned
  * (NULL ones ignored). */
 int mf_ln_gemm_bwd_supported(int kind, int C, int O, mf_ln_mode mode, const void *p0,
                              const void *p1, const void *p2, const void *p3);
+
+/* Whether configuration 7 (the wgmma LayerNorm + Linear backward) is in force for kind. */
+int mf_ln_gemm_bwd_wg(int kind);
+
+/* Configuration 7's kernel (ln_linear_bwd_wg.cu): whether it takes the shape (C == 128,
+ * O 64 or 128, mode FULL/SCALE/NONE, the given pointers 16-byte aligned, NULL ignored);
+ * the bytes of fp32 partials it needs (0 for shapes it does not take); and the backward
+ * itself: dinp (M, C) ASSIGNED; dgamma, dbeta (C), dweight (O, C), dbias (O) fp32 +=
+ * (each may be NULL: skipped; dgamma ignored for NONE, dbeta unless FULL); part (at least
+ * mf_ln_linear_bwd_wg_workspace bytes) scratch; dout (M, O); mean, rstd (M) saved by the
+ * forward; inp (M, C); gamma, beta (C); weight (O, C). Deterministic (no atomics). */
+int mf_ln_linear_bwd_wg_supported(int C, int O, mf_ln_mode mode, const void *inp,
+                                  const void *dout, const void *w, const void *dinp);
+size_t mf_ln_linear_bwd_wg_workspace(int C, int O);
+/* How many times mf_ln_linear_bwd_wg_cuda launched its kernel (the tests check that the op
+ * took this path). */
+int64_t mf_ln_linear_bwd_wg_calls(void);
+void mf_ln_linear_bwd_wg_cuda(__nv_bfloat16 *dinp, float *dgamma, float *dbeta, float *dweight,
+                              float *dbias, float *part, size_t part_bytes,
+                              const __nv_bfloat16 *dout, const float *mean, const float *rstd,
+                              const __nv_bfloat16 *inp, const __nv_bfloat16 *gamma,
+                              const __nv_bfloat16 *beta, const __nv_bfloat16 *weight, int64_t M,
+                              int C, int O, mf_ln_mode mode, cudaStream_t stream);
 
 /* Whether the configuration in force for this kind is a light one (4..6): then the kernel
  * forms no dy, the caller passes dinp = part = NULL, keeps s1 for its own dx̂ = s1·w and
@@ -98,7 +124,7 @@ int mf_ln_gemm_bwd_cuda(int kind, __nv_bfloat16 *dinp, int add, float *part, __n
                         const __nv_bfloat16 *w, const __nv_bfloat16 *w_o, const uint8_t *mask,
                         int64_t rows, int C, int O, mf_ln_mode mode, cudaStream_t stream);
 
-/* Configuration 8's kernel (ln_gemm_bwd_wg.cu): the SWIGLU and GATED contract of
+/* Configuration 7's GATED / SWIGLU kernel (ln_gemm_bwd_wg.cu): the contract of
  * mf_ln_gemm_bwd_cuda above at C = 128, O % 64 == 0 (GATED: O <= 256), modes
  * FULL/SCALE/NONE; returns the partial rows written (at most the SM count). */
 int mf_ln_gemm_bwd_wg_supported(int kind, int C, int O, mf_ln_mode mode);

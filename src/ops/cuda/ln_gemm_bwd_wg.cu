@@ -1,5 +1,5 @@
 /* ln_gemm_bwd_wg.cu — the backward of the SwiGLU transition and of the gated projection as
- * one persistent wgmma kernel (sm_90a, C = 128): configuration 8 of ln_gemm_bwd_cuda.h (kinds
+ * one persistent wgmma kernel (sm_90a, C = 128): configuration 7 of ln_gemm_bwd_cuda.h (kinds
  * MF_LGB_SWIGLU and MF_LGB_GATED), with the contract of mf_ln_gemm_bwd_cuda — it forms dinp
  * (and per-CTA dγ/dβ partials) on chip and writes what the caller's cuBLAS weight-gradient
  * GEMMs need: y = LN(inp), s1 = [da | db] / [dp | dg] and (SWIGLU) s2 = h, bf16. Not the
@@ -272,7 +272,7 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
         for (int k = 0; k < C / 16; k++) { /* dh = dout·W_o[:, j]: B = the W_o chunk, MN-major */
           const int kb = k / 4, kk = k % 4;
           mf_wg_ss_n64<1>(*(float(*)[32])dh, mf_wg_desc(ds_u + kb * LG_BM * 128 + kk * 32),
-                          mf_wg_desc_mn(wo_u + k * 2048, TB_HC * 128, 1024), k > 0);
+                          mf_wg_desc_mn(wo_u + k * 2048, TB_HC * 128), k > 0);
         }
       mf_wg_commit();
       mf_wg_wait<0>();
@@ -355,7 +355,7 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
         mf_wg_fence();
 #pragma unroll
         for (int kk = 0; kk < 8; kk++)
-          mf_wg_rs_n128<1>(acc, fr[kk], mf_wg_desc_mn(wab_u + kk * 2048, 2 * TB_HC * 128, 1024), 1);
+          mf_wg_rs_n128<1>(acc, fr[kk], mf_wg_desc_mn(wab_u + kk * 2048, 2 * TB_HC * 128), 1);
         mf_wg_commit();
         mf_wg_wait<0>();
         mf_wg_pin(acc);

@@ -719,6 +719,8 @@ typedef struct {
   float *dy;   /* (R, C) fp32 gradient of y (backward) */
   bf16 *ones;  /* (R) ones, for dbias = 1ᵀ·dout as a GEMM (backward with dbias) */
   float *part; /* (LN_BWD_MAX_BLOCKS, 2C) LayerNorm partials */
+  float *wpart; /* the wgmma backward's partials (mf_ln_linear_bwd_wg_workspace bytes) */
+  size_t wpart_bytes;
 } lnl_ws;
 
 static int64_t lnl_chunk(int64_t M, int C, int O) {
@@ -733,6 +735,8 @@ static size_t lnl_carve(lnl_ws *w, void *base, int64_t M, int C, int O) {
   w->dy = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
   w->ones = (bf16 *)mf_carve(&cv, (size_t)R * sizeof(bf16));
   w->part = (float *)mf_carve(&cv, (size_t)LN_BWD_MAX_BLOCKS * 2 * C * sizeof(float));
+  w->wpart_bytes = mf_ln_linear_bwd_wg_workspace(C, O);
+  w->wpart = (float *)mf_carve(&cv, w->wpart_bytes);
   return cv.used;
 }
 
@@ -788,6 +792,13 @@ extern "C" void mf_ln_linear_backward_cuda(bf16 *dinp, float *dgamma, float *dbe
   lnl_ws w;
   MF_ASSERT(lnl_carve(&w, NULL, M, C, O) <= ws_bytes, "ln_linear_cuda: workspace too small");
   lnl_carve(&w, ws, M, C, O);
+  /* opt-in (configuration 7, not yet the default): the whole backward as one wgmma kernel */
+  if (mf_ln_gemm_bwd_wg(MF_LGB_LINEAR) &&
+      mf_ln_linear_bwd_wg_supported(C, O, mode, inp, dout, weight, dinp)) {
+    mf_ln_linear_bwd_wg_cuda(dinp, dgamma, dbeta, dweight, dbias, w.wpart, w.wpart_bytes, dout,
+                             mean, rstd, inp, gamma, beta, weight, M, C, O, mode, stream);
+    return;
+  }
   const int64_t R = lnl_chunk(M, C, O);
   /* opt-in (off by default: measured slower): the fused kernel of ln_gemm_bwd_cuda.h —
    * y, dy = dout·W and the LN backward on chip */

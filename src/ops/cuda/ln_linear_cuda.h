@@ -150,7 +150,9 @@ void mf_ln_linear_forward_cuda(__nv_bfloat16 *out, float *mean, float *rstd,
  * mf_ln_gemm_bwd_set_variant(1..3) and where mf_ln_gemm_bwd_supported (C 64 or 128,
  * O % 64 == 0, O <= 256, dinp or dγ/dβ wanted) instead the fused backward kernel of
  * ln_gemm_bwd_cuda.h (y, dy = dout·W and the LayerNorm backward on chip) plus cuBLAS for
- * dweight += doutᵀ·y and dbias — measured slower on an H200, hence opt-in. */
+ * dweight += doutᵀ·y and dbias — measured slower on an H200, hence opt-in; with
+ * mf_ln_gemm_bwd_set_variant(7) and where mf_ln_linear_bwd_wg_supported (C 128, O 64 or
+ * 128) the whole backward as one wgmma kernel (ln_linear_bwd_wg.cu; opt-in until measured). */
 void mf_ln_linear_backward_cuda(__nv_bfloat16 *dinp, float *dgamma, float *dbeta,
                                 float *dweight, float *dbias, const __nv_bfloat16 *dout,
                                 const float *mean, const float *rstd, const __nv_bfloat16 *inp,

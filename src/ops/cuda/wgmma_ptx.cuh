@@ -1,7 +1,7 @@
 /* wgmma_ptx.cuh — the Hopper (sm_90a) warpgroup-MMA wrappers of EvoFusion's wgmma kernels:
  * the 128-byte-swizzled K-major shared-memory operand layout, its matrix descriptor,
  * wgmma.mma_async m64n64k16 / m64n128k16 (bf16 in, fp32 accumulate; A from shared memory
- * or from registers; B K-major or MN-major), fence / commit / wait, and the generic→async proxy fence. Written by
+ * or from registers; B K-major or MN-major; both MN-major: mf_wg_ss_*_tt), fence / commit / wait, and the generic→async proxy fence. Written by
  * hand (PTX ISA 8.x, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate") rather than
  * through CUTLASS/CuTe: four instructions and one layout are all we use, and the project's
  * dependencies stay C-callable libraries. Not a public header; C code never includes it.
@@ -38,13 +38,21 @@ static __device__ __forceinline__ uint64_t mf_wg_desc(uint32_t saddr) {
          ((uint64_t)1 << 62);
 }
 
-/* The general form, for the MN-major ("transposed") operands: lbo, sbo in bytes. For
- * the 128-byte swizzle an MN-major operand is stored as atoms of 64 consecutive m (or n)
- * × 8 consecutive k rows of 128 bytes (the same swizzle as above, rows indexed by k);
- * lbo = the distance between atoms along m/n, sbo = between 8-row groups along k
- * (dev/cuda/wgmma_lab.cu checks the encoding), and a k-step of 16 advances the start
- * address by 16 rows = 2048 bytes. */
-static __device__ __forceinline__ uint64_t mf_wg_desc_mn(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+/* MN-major operands (wgmma's transpose flags, imm-trans-a / imm-trans-b = 1): the operand
+ * is stored with M (A) or N (B) contiguous — i.e. a row-major (K × M) or (K × N) tile in
+ * the same swizzled 64-column blocks as above, its rows being k. Per PTX ISA "Matrix
+ * Descriptor" / CUTLASS make_gmma_desc<Major::MN> (SW128: ((T,8,m),(8,k)) :
+ * ((1,T,LBO),(8T,SBO)), T = 16 bytes): 64 consecutive M/N elements fill one 128-byte row,
+ * 8 consecutive k rows one 1024-byte swizzle atom; LBO = the byte distance between
+ * 64-element blocks along M/N (our block stride, rows·128), SBO = the distance between
+ * 8-row k groups (1024). MF_WG_MN_SWAP = 1 swaps the two fields — the other reading of
+ * the ISA text; dev/cuda/wgmma_lab.cu checks both: 0 is right (H200, 2026-11-30). A k16 step advances the start address by 16 rows = 2048 bytes. */
+#ifndef MF_WG_MN_SWAP
+#define MF_WG_MN_SWAP 0
+#endif
+template <int SWAP = MF_WG_MN_SWAP>
+static __device__ __forceinline__ uint64_t mf_wg_desc_mn(uint32_t saddr, uint32_t mn_block_bytes) {
+  const uint32_t lbo = SWAP ? 1024u : mn_block_bytes, sbo = SWAP ? mn_block_bytes : 1024u;
   return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFFu) << 16) |
          ((uint64_t)((sbo >> 4) & 0x3FFFu) << 32) | ((uint64_t)1 << 62);
 }
@@ -120,5 +128,22 @@ static __device__ __forceinline__ void mf_wg_rs_n128(float (&d)[64], const uint3
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
+}
+/* d (+)= A·B with both operands MN-major in shared memory (trans-a = trans-b = 1):
+ * A (64 M × 16 K) and B (16 K × N) described by mf_wg_desc_mn; the accumulator layout is
+ * the one above. */
+static __device__ __forceinline__ void mf_wg_ss_n64_tt(float (&d)[32], uint64_t da, uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(acc));
+}
+static __device__ __forceinline__ void mf_wg_ss_n128_tt(float (&d)[64], uint64_t da, uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(acc));
 }
 #endif
