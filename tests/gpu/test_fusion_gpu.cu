@@ -21,7 +21,7 @@
  * 128-row tile, M = 1, masks, FULL/SCALE/NONE, several chunks, the adding transition
  * backward in place) with that kernel (its three configurations and, for the transition,
  * the three light ones; and the wgmma kernels, configuration 7; all opt-in) and with
- * staging + cuBLAS (the default), and the transition backward with gradients skipped
+ * staging + cuBLAS, and the transition backward with gradients skipped
  * (NULL) must reproduce the full call's bits for the gradients it computes. Needs a GPU;
  * not a benchmark. */
 #include <math.h>

@@ -22,7 +22,8 @@
  *   LN + Linear 128→128  N = 384: 0.149 / 0.202 / 0.194 / 0.201   N = 768: 0.542 / 0.758 / 0.723 / 0.756
  *   gated 128→128        N = 384: 0.251 / 0.308 / 0.296 / 0.299   N = 768: 0.941 / 1.158 / 1.121 / 1.132
  *   transition Hd = 512  N = 384: 0.785 / 1.024 / 0.926 / 0.905   N = 768: 3.036 / 3.643 / 3.338 / 3.243
- * so it is OFF by default (LGB_DEFAULTS); mf_ln_gemm_bwd_set_variant(1..3) turns it on.
+ * so it is OFF by default (LGB_DEFAULTS: the wgmma kernels of configuration 7 are the
+ * defaults); mf_ln_gemm_bwd_set_variant(1..3) turns it on.
  * Where the time goes (transition, N = 768): the kernel alone 2.45 ms (configuration 3;
  * 158 TFLOP/s of its 386 GFLOP), the two dW GEMMs 0.52 ms (447 TFLOP/s). The kernel's
  * shared-memory floor — ldmatrix.x4 for every B fragment, 16-row warp tiles (dy must stay
@@ -69,9 +70,13 @@
  * ln_gemm_bwd_wg.cu (C = 128). Other shapes run staging under it. */
 #define LGB_WG 7
 static int lgb_is_light(int var) { return var >= 4 && var <= 6; }
-/* Defaults per kind (LINEAR, GATED, SWIGLU): 0 = staging + cuBLAS, because every
- * configuration measured slower (see the file comment). */
-#define LGB_DEFAULTS {0, 0, 0}
+/* Defaults per kind (LINEAR, GATED, SWIGLU): 7, the wgmma kernels, where they take the
+ * shape (else staging + cuBLAS). H200, 2026-11-30, bench/evofusion, M = 768² (384²), C =
+ * 128, whole backward incl. the dW GEMMs, staging → 7: LN + Linear 0.530 → 0.381 ms
+ * (0.147 → 0.115), gated O = 128 0.925 → 0.734 (0.250 → 0.193), transition Hd = 512
+ * 3.040 → 2.329 (0.786 → 0.643). The mma.sync configurations 1–6 all measured slower
+ * than staging (the file comment) and stay opt-in. */
+#define LGB_DEFAULTS {7, 7, 7}
 static int g_lgb_variant[3] = LGB_DEFAULTS;
 
 extern "C" int mf_ln_gemm_bwd_set_variant(int variant) {

@@ -25,6 +25,7 @@
  * Status: tested (tests/gpu/test_fusion_gpu.cu, every configuration) but measured 0.72–
  * 0.94× the speed of the staging + cuBLAS backward on an H200 (ln_gemm_bwd.cu has the
  * numbers), so the ops do NOT use it by default: mf_ln_gemm_bwd_set_variant(1..3) opts in.
+ * Configuration 7 (the wgmma kernels, sm_90a) is the default for all three kinds.
  * The light kernel (configurations 4..6; SWIGLU only, not yet timed): the same kernel
  * without dy and the LayerNorm backward (a compile-time flag: no dy registers, no
  * reduction buffer, ~40 % fewer FLOPs); it writes y, [da | db] and h, and the caller runs
@@ -62,7 +63,7 @@ enum { MF_LGB_LINEAR = 0, MF_LGB_GATED = 1, MF_LGB_SWIGLU = 2 };
  * ln_gemm_bwd_wg.cu with this function's contract (mf_ln_gemm_bwd_wg_*); other shapes run
  * staging + cuBLAS under it;
  * −1: each kind's default (ln_gemm_bwd.cu, LGB_DEFAULTS: the fastest measured, at present
- * 0 for all three). Returns the previous variant of LINEAR. */
+ * 7 for all three: 1.3–1.4× staging at M = 768²). Returns the previous variant of LINEAR. */
 int mf_ln_gemm_bwd_set_variant(int variant);
 
 /* Whether the fused kernel takes this shape: one of its configurations (1..3; 4..6 for

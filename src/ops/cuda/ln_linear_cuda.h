@@ -146,13 +146,14 @@ void mf_ln_linear_forward_cuda(__nv_bfloat16 *out, float *mean, float *rstd,
 
 /* dinp (M, C); dgamma, dbeta (C), dweight (O, C), dbias (O) fp32 (+=);
  * dout (M, O); mean, rstd (M) from the forward.
- * Runs LN staging + cuBLAS + the LN row backward per chunk (the default); with
+ * By default (backward configuration 7) and where mf_ln_linear_bwd_wg_supported (C 128, O 64
+ * or 128) the whole backward runs as one wgmma kernel (ln_linear_bwd_wg.cu: 0.381 ms at M =
+ * 768², staging 0.530; H200, 2026-11-30); elsewhere LN staging + cuBLAS + the LN row
+ * backward per chunk (mf_ln_gemm_bwd_set_variant(0) forces it); with
  * mf_ln_gemm_bwd_set_variant(1..3) and where mf_ln_gemm_bwd_supported (C 64 or 128,
- * O % 64 == 0, O <= 256, dinp or dγ/dβ wanted) instead the fused backward kernel of
- * ln_gemm_bwd_cuda.h (y, dy = dout·W and the LayerNorm backward on chip) plus cuBLAS for
- * dweight += doutᵀ·y and dbias — measured slower on an H200, hence opt-in; with
- * mf_ln_gemm_bwd_set_variant(7) and where mf_ln_linear_bwd_wg_supported (C 128, O 64 or
- * 128) the whole backward as one wgmma kernel (ln_linear_bwd_wg.cu; opt-in until measured). */
+ * O % 64 == 0, O <= 256, dinp or dγ/dβ wanted) instead the fused mma.sync backward kernel
+ * of ln_gemm_bwd_cuda.h plus cuBLAS for dweight += doutᵀ·y and dbias — measured slower on
+ * an H200, hence opt-in. */
 void mf_ln_linear_backward_cuda(__nv_bfloat16 *dinp, float *dgamma, float *dbeta,
                                 float *dweight, float *dbias, const __nv_bfloat16 *dout,
                                 const float *mean, const float *rstd, const __nv_bfloat16 *inp,
@@ -179,7 +180,11 @@ void mf_gated_linear_forward_cuda(__nv_bfloat16 *out, float *mean, float *rstd,
 /* Recomputes y and the GEMM chunk by chunk: d(p) = dout⊙mask⊙s, d(gate logit) =
  * dout⊙mask⊙p⊙s(1−s) → dw_pg (2O, C) += [dp | dg]ᵀ·y (one GEMM), dy = [dp | dg]·w_pg
  * (one GEMM), then the LayerNorm backward. dinp (M, C) ASSIGN; dgamma, dbeta (C) +=.
- * Default: LN staging + cuBLAS + the elementwise and LN row backward kernels. Opt-in
+ * Default (backward configuration 7, where C = 128, O % 64 == 0, O <= 256, not IDENTITY):
+ * the wgmma kernel of ln_gemm_bwd_wg.cu ([p | g], [dp | dg], dy and the LN backward on
+ * chip; y and [dp | dg] written for the dw_pg GEMM, cuBLAS): 0.734 ms at M = 768², O = 128
+ * (H200, 2026-11-30; staging 0.925). Elsewhere: LN staging + cuBLAS + the elementwise and
+ * LN row backward kernels. Opt-in
  * (mf_ln_gemm_bwd_set_variant(1..3), where mf_ln_gemm_bwd_supported: C 64 or 128,
  * O % 64 == 0, O <= 256, not IDENTITY): the fused backward kernel of ln_gemm_bwd_cuda.h
  * ([p | g], [dp | dg], dy and the LN backward on chip; it writes y and [dp | dg] for the

@@ -67,8 +67,13 @@ void mf_transition_forward_cuda(__nv_bfloat16 *out, float *mean, float *rstd,
 /* dh = dout·W_o, dw_o += doutᵀ·h; [da | db] = dh ⊙ [b ⊙ silu'(a) | silu(a)];
  * dw_ab += [da | db]ᵀ·x̂ and dx̂ = [da | db]·w_ab (one GEMM each); LayerNorm backward.
  * dinp (M, C); dgamma, dbeta (C), dw_ab (2Hd, C), dw_o (C, Hd) fp32; dout (M, C).
- * What runs (default): per chunk LN staging + four cuBLAS GEMMs + the SwiGLU and LN row
- * backward kernels, the [a | b] hidden materialised per chunk. Opt-in
+ * What runs (default, backward configuration 7, where C = 128, Hd % 64 == 0 and the mode
+ * is not IDENTITY): per chunk of rows the wgmma kernel of ln_gemm_bwd_wg.cu (x̂, [a | b],
+ * dh, [da | db], dx̂ and the LayerNorm backward on chip; x̂, h and [da | db] written in bf16
+ * through 16-byte staged stores) and then cuBLAS for dw_o and dw_ab: 2.33 ms at M = 768²
+ * (H200, 2026-11-30; the staging path 3.04). Elsewhere (or with
+ * mf_ln_gemm_bwd_set_variant(0)): per chunk LN staging + four cuBLAS GEMMs + the SwiGLU
+ * and LN row backward kernels, the [a | b] hidden materialised per chunk. Opt-in
  * (mf_ln_gemm_bwd_set_variant(1..3), where mf_ln_gemm_bwd_supported: C 64 or 128,
  * Hd % 64 == 0, mode not IDENTITY): the fused backward kernel of ln_gemm_bwd_cuda.h (x̂,
  * [a | b], dh, [da | db], dx̂ and the LayerNorm backward on chip, the hidden in chunks of
