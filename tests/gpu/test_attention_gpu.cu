@@ -425,6 +425,9 @@ int main(void) {
     run_case_mode(&a, 0, 30, 1); /* strided views, padded bias rows */
     run_case_mode(&b, 0, 31, 2);
     run_case_mode(&f, 1, 32, 2);
+    mf_attention_cuda_set_dbias_wg(1); /* the wgmma dbias pass */
+    run_case(&a, 0, 33);
+    mf_attention_cuda_set_dbias_wg(0);
     return mf_test_end();
   }
   const int Ns[] = {1, 7, 63, 64, 65, 200, 384};
@@ -496,6 +499,18 @@ int main(void) {
      * leaves a partial last query tile and an odd key-tile count (33: a phantom tile) */
     const att_case wide = {1, 2, 1, 2050, 32, 1, 1, 1, 0};
     run_case(&wide, 0, seed += 100);
+  }
+  /* the dbias pass's two kernels where D = 32 (mf_attention_cuda_set_dbias_wg: 0, the
+   * default, the mma.sync kernel; 1 the wgmma one): odd N, partial tiles, masks with a fully
+   * masked row, gates, B = 2, R = N */
+  {
+    const att_case dc[] = {{1, 5, 4, 130, 32, 1, 1, 1, 0}, {2, 7, 2, 65, 32, 1, 1, 0, 0},
+                           {1, 33, 4, 33, 32, 1, 0, 1, 0}, {1, 3, 2, 200, 32, 0, 1, 1, 0}};
+    for (int w = 0; w <= 1; w++) {
+      mf_attention_cuda_set_dbias_wg(w);
+      for (int i = 0; i < (int)(sizeof dc / sizeof dc[0]); i++) run_case(&dc[i], 0, seed += 100);
+    }
+    mf_attention_cuda_set_dbias_wg(0);
   }
   /* strided views (starting- and ending-style rows) on the default path (fused pass for
    * R > 1, dq pass with dbias for R = 1, split dbias pass), the three-pass and portable

@@ -406,6 +406,9 @@ int main(void) {
   /* MF_ATT_VARIANT: the attention variant the timings run (mf_attention_cuda_set_variant) */
   if (getenv("MF_ATT_VARIANT") && getenv("MF_TRIATT_BENCH_ONLY"))
     mf_attention_cuda_set_variant(atoi(getenv("MF_ATT_VARIANT")));
+  /* MF_ATT_DBIAS_WG=0|1: the dbias pass's kernel the timings run (mf_attention_cuda_set_dbias_wg) */
+  if (getenv("MF_ATT_DBIAS_WG") && getenv("MF_TRIATT_BENCH_ONLY"))
+    mf_attention_cuda_set_dbias_wg(atoi(getenv("MF_ATT_DBIAS_WG")));
   if (getenv("MF_TRIATT_BENCH_N")) { /* e.g. "2048,3072": the sizes to time */
     for (const char *c = getenv("MF_TRIATT_BENCH_N"); *c;) {
       char *end;

@@ -48,6 +48,7 @@
  * warp, which the portable path emulates with shuffles. */
 #include "attention_cuda.h"
 #include "gpu.h"
+#include "wgmma_ptx.cuh"
 
 #include <math.h>
 #include <stdint.h>
@@ -1043,6 +1044,26 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_bwd(MMA, DP, GR * 
   if (act) store_rows<DP>(p.dq + vofs(p.sdq, b, r, h), dq, q0 + warp * 16, Q, D, p.sdq.row, p.scale);
 }
 
+/* A dbias pass's (query tile q0, key tile k0) of (b, h), this warp's 16 rows (C-fragment
+ * layout): bf16 into dbias, or fp32 into range sp's partial sums when the pass is split. */
+__device__ __forceinline__ void dbias_store(const att_params &p, const float acc[8][4], int sp, int b,
+                                           int h, int q0, int k0, int warp) {
+  const int lane = threadIdx.x % MF_WARP_SIZE, gq = lane >> 2, t = lane & 3, Q = p.Q, K = p.K;
+  const int64_t bh = (int64_t)b * p.H + h;
+  bf16 *db = p.dbias + bh * Q * p.bl;
+  float *dbp = p.rs > 1 ? p.dbp + ((int64_t)sp * p.B * p.H + bh) * Q * K : NULL;
+#pragma unroll
+  for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int row = q0 + warp * 16 + gq + (e >> 1) * 8, col = k0 + nb * 8 + 2 * t + (e & 1);
+      if (row < Q && col < K) {
+        if (dbp) dbp[(int64_t)row * K + col] = acc[nb][e];
+        else db[(int64_t)row * p.bl + col] = mf_f32_to_bf16(acc[nb][e]);
+      }
+    }
+}
+
 /* dbias = Σ_r dS. Grid: rs·B·H·⌈nqb/GQ⌉·⌈nkb/GK⌉ CTAs; each warpgroup owns one (query
  * tile, key tile) of one (b, h) and walks its range of rows r in order, accumulating in
  * fp32 registers (rs = 1: all rows, dbias written here; rs > 1: fp32 partial sums, summed
@@ -1079,7 +1100,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GQ * GK, minb_bwd(MMA, DP, GQ * 
   const int warp = threadIdx.x / MF_WARP_SIZE % ATT_WARPS, lane = threadIdx.x % MF_WARP_SIZE;
   const row_plan<DP> rp(D);
   const bias_plan bp(p.bl);
-  const int gq = lane >> 2, t = lane & 3;
+  const int gq = lane >> 2;
 
   const int stq = (int)p.sq.row, sto = (int)p.sdO.row, stk = (int)p.sk.row, stv = (int)p.sv.row;
   /* row r's mask bytes of this key tile (mask_fetch), fetched a row ahead in the loop */
@@ -1134,19 +1155,124 @@ __global__ void __launch_bounds__(ATT_THREADS * GQ * GK, minb_bwd(MMA, DP, GQ * 
       for (int e = 0; e < 4; e++) acc[i][e] += dp[i][e];
     __syncthreads();
   }
-  const int64_t bh = (int64_t)b * p.H + h;
-  bf16 *db = p.dbias + bh * Q * p.bl;
-  float *dbp = p.rs > 1 ? p.dbp + ((int64_t)sp * p.B * p.H + bh) * Q * K : NULL;
+  dbias_store(p, acc, sp, b, h, q0, k0, warp);
+}
+
+/* ------------------------------------------------------------------------------------
+ * The dbias pass on Hopper's warpgroup MMA (sm_90a; D = DP = 32; README step 12): one
+ * warpgroup per CTA, the same (range, b, h, query tile, key tile) decomposition, row walk,
+ * loads and elementwise step (make_ds) as dbias_kernel<32, true, 1, 1>, but S = Q·Kᵀ and
+ * dP = dO·Vᵀ are four wgmma m64n64k16 with both operands in shared memory instead of 32
+ * mma.sync fed by ldmatrix per warp: the tensor core reads the tiles itself, the warps
+ * issue 4 instructions per row r, and the accumulators land in the m16n8 C-fragment
+ * layout make_ds already takes. Tiles (64 rows × 32) are stored as 8 × 8 "core matrices"
+ * without swizzle (wgmma's interleaved layout): core (row / 8, k / 8) at
+ * ((row / 8)·4 + k / 8)·128 bytes, row % 8 at 16-byte steps; descriptor LBO = 128 (the
+ * next 8 k), SBO = 512 (the next 8 rows); a k16 step is 256 bytes. */
+#define ATT_WG_TILE 4096 /* bytes of one (64, 32) bf16 tile in the core-matrix layout */
+static __device__ __forceinline__ uint32_t wg_cm_off(int row, int kc) {
+  return (uint32_t)((((row >> 3) << 2) + kc) * 128 + (row & 7) * 16);
+}
+/* Descriptor of the core-matrix layout (no swizzle: mode bits 0). */
+static __device__ __forceinline__ uint64_t wg_desc_cm(uint32_t saddr) {
+  return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)(128 >> 4) << 16) | ((uint64_t)(512 >> 4) << 32);
+}
+/* rows [0, nrows) of g (row stride ld elements, ld % 8 == 0, 16-byte aligned rows) into the
+ * core-matrix tile s; the other rows zero. 256 copies of 16 bytes, 2 per thread. */
+static __device__ __forceinline__ void wg_tile_load(unsigned char *s, const bf16 *g, int nrows, int ld) {
 #pragma unroll
-  for (int nb = 0; nb < 8; nb++)
+  for (int j = 0; j < 2; j++) {
+    const int i = threadIdx.x % ATT_THREADS + j * ATT_THREADS, row = i >> 2, kc = i & 3;
+    const bool ok = row < nrows;
+    cp_async16<true>(s + wg_cm_off(row, kc), g + (ok ? (int64_t)row * ld + kc * 8 : 0), ok);
+  }
+}
+/* Shared memory: 2 stages × (Q, dO, K, V) tiles, the bias tile, lse/Di, the mask. */
+static size_t dbias_wg_smem(void) {
+  return 8 * ATT_WG_TILE + (size_t)ATT_BQ * ATT_BP * sizeof(bf16) + 4 * ATT_BQ * sizeof(float) +
+         2 * ATT_MS;
+}
+
+__global__ void __launch_bounds__(ATT_THREADS, 4) dbias_wg_kernel(att_params p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char *T0 = smem; /* stage st: Q at st·4T, dO +T, K +2T, V +3T (T = ATT_WG_TILE) */
+  bf16 *Bs = reinterpret_cast<bf16 *>(smem + 8 * ATT_WG_TILE);
+  float *Ls = reinterpret_cast<float *>(Bs + ATT_BQ * ATT_BP); /* [2][BQ] */
+  float *Ds = Ls + 2 * ATT_BQ;                                 /* [2][BQ] */
+  uint8_t *Ms = reinterpret_cast<uint8_t *>(Ds + 2 * ATT_BQ);   /* [2][ATT_MS] */
+
+  int64_t idx = blockIdx.x;
+  const int64_t per = (int64_t)p.B * p.H * p.nqb * p.nkb; /* CTAs per range of rows */
+  const int sp = (int)(idx / per); idx %= per;
+  const int kb = (int)(idx % p.nkb); idx /= p.nkb;
+  const int qb = (int)(idx % p.nqb); idx /= p.nqb;
+  const int h = (int)(idx % p.H);
+  const int b = (int)(idx / p.H);
+  const int Q = p.Q, K = p.K, q0 = qb * ATT_BQ, k0 = kb * ATT_BK, R = p.R;
+  const bf16 *bg = p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0) * p.bl + k0 : NULL;
+  const int warp = threadIdx.x / MF_WARP_SIZE, lane = threadIdx.x % MF_WARP_SIZE;
+  const bias_plan bp(p.bl);
+  const int gq = lane >> 2;
+  const int stq = (int)p.sq.row, sto = (int)p.sdO.row, stk = (int)p.sk.row, stv = (int)p.sv.row;
+  auto mfetch = [&](int r) {
+    return mask_fetch(p.mask ? p.mask + ((int64_t)b * R + r) * K : NULL, k0, K);
+  };
+  auto prefetch = [&](int r, int sn, uint32_t m) {
+    const int64_t brh = ((int64_t)b * R + r) * p.H + h;
+    unsigned char *st = T0 + sn * 4 * ATT_WG_TILE;
+    wg_tile_load(st, p.q + vofs(p.sq, b, r, h) + (int64_t)q0 * stq, Q - q0, stq);
+    wg_tile_load(st + ATT_WG_TILE, p.dO + vofs(p.sdO, b, r, h) + (int64_t)q0 * sto, Q - q0, sto);
+    wg_tile_load(st + 2 * ATT_WG_TILE, p.k + vofs(p.sk, b, r, h) + (int64_t)k0 * stk, K - k0, stk);
+    wg_tile_load(st + 3 * ATT_WG_TILE, p.v + vofs(p.sv, b, r, h) + (int64_t)k0 * stv, K - k0, stv);
+    load_lse_di<true>(Ls, Ds, sn, slab_ld(p, brh), q0, p.nqb * ATT_BQ, threadIdx.x);
+    mask_put(Ms + sn * ATT_MS, m);
+  };
+
+  const int rb = (int)((int64_t)sp * R / p.rs), re = (int)((int64_t)(sp + 1) * R / p.rs);
+  bp.template load<true>(Bs, bg, Q - q0, K - k0);
+  if (rb < re) prefetch(rb, 0, mfetch(rb));
+  uint32_t mnext = rb + 1 < re ? mfetch(rb + 1) : 0u;
+  cp_async_commit<true>();
+  float acc[8][4];
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-      const int row = q0 + warp * 16 + gq + (e >> 1) * 8, col = k0 + nb * 8 + 2 * t + (e & 1);
-      if (row < Q && col < K) {
-        if (dbp) dbp[(int64_t)row * K + col] = acc[nb][e];
-        else db[(int64_t)row * p.bl + col] = mf_f32_to_bf16(acc[nb][e]);
-      }
+  for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  const uint32_t t0 = mf_smem_u32(T0);
+
+  for (int r = rb; r < re; r++) {
+    const int st = (r - rb) & 1;
+    if (r + 1 < re) {
+      prefetch(r + 1, st ^ 1, mnext);
+      if (r + 2 < re) mnext = mfetch(r + 2);
     }
+    cp_async_commit<true>();
+    cp_async_wait<true, 1>();
+    mf_fence_proxy_async(); /* the tiles this thread copied, visible to the tensor core */
+    __syncthreads();
+    const uint32_t base = t0 + st * 4 * ATT_WG_TILE;
+    float s[8][4], dp[8][4];
+    float (&sf)[32] = *reinterpret_cast<float (*)[32]>(&s[0][0]);
+    float (&dpf)[32] = *reinterpret_cast<float (*)[32]>(&dp[0][0]);
+    mf_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) /* S = Q·Kᵀ, dP = dO·Vᵀ over D = 32 */
+      mf_wg_ss_n64(sf, wg_desc_cm(base + kk * 256), wg_desc_cm(base + 2 * ATT_WG_TILE + kk * 256), kk);
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++)
+      mf_wg_ss_n64(dpf, wg_desc_cm(base + ATT_WG_TILE + kk * 256), wg_desc_cm(base + 3 * ATT_WG_TILE + kk * 256), kk);
+    mf_wg_commit();
+    mf_wg_wait<0>();
+    mf_wg_pin(sf);
+    mf_wg_pin(dpf);
+    const int rl0 = warp * 16 + gq, rl1 = rl0 + 8;
+    const float *ls = Ls + st * ATT_BQ, *ds = Ds + st * ATT_BQ;
+    make_ds<true>(s, dp, Bs, Ms + st * ATT_MS, ls[rl0], ls[rl1], ds[rl0], ds[rl1], p.scale, warp);
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[i][e] += dp[i][e];
+    __syncthreads();
+  }
+  dbias_store(p, acc, sp, b, h, q0, k0, warp);
 }
 
 /* dbias (B·H·Q rows of K, row stride bl) = Σ_s part[s] over the rs row ranges of a split
@@ -1622,6 +1748,30 @@ static int dbias_ranges(int64_t T, int64_t slots, int R, int64_t bhqk, size_t ca
   return best;
 }
 
+/* A dbias pass of T CTAs (kern, threads, smem): split into row ranges when that fills the
+ * last wave better (dbias_ranges; the partial sums in scratch), then reduced. */
+template <typename Kern>
+static void dbias_run(Kern kern, int64_t T, int threads, size_t smem, const att_params &p,
+                      float *scratch, size_t scratch_bytes, cudaStream_t stream) {
+  const int64_t bhqk = (int64_t)p.B * p.H * p.Q * p.K;
+  att_params q = p;
+  q.rs = 1;
+  if (scratch && T > 0) {
+    int dev = 0, sms = 0, per_sm = 0;
+    MF_CHECK_CUDA(cudaGetDevice(&dev));
+    MF_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, smem));
+    q.rs = dbias_ranges(T, (int64_t)sms * per_sm, p.R, bhqk, scratch_bytes);
+    q.dbp = scratch;
+  }
+  launch(kern, T * q.rs, threads, smem, stream, q);
+  if (q.rs > 1) {
+    dbias_reduce_kernel<<<mf_cdiv(bhqk, 256), 256, 0, stream>>>(p.dbias, scratch, q.rs, bhqk, p.K, p.bl);
+    MF_CHECK_LAUNCH();
+  }
+}
+
 template <int DP, bool MMA>
 struct dbias_launch {
   const att_params &p;
@@ -1633,27 +1783,23 @@ struct dbias_launch {
     const int G = GQ * GK;
     const size_t smem = 4 * (GQ + GK) * tile_bytes(DP) + G * bias_bytes() +
                         GQ * 4 * ATT_BQ * sizeof(float) + 2 * GK * ATT_MS;
-    auto kern = dbias_kernel<DP, MMA, GQ, GK>;
     const int64_t T = (int64_t)p.B * p.H * mf_cdiv(p.nqb, GQ) * mf_cdiv(p.nkb, GK);
-    const int64_t bhqk = (int64_t)p.B * p.H * p.Q * p.K;
-    att_params q = p;
-    q.rs = 1;
-    if (scratch && T > 0) {
-      int dev = 0, sms = 0, per_sm = 0;
-      MF_CHECK_CUDA(cudaGetDevice(&dev));
-      MF_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-      MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-      MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, ATT_THREADS * G, smem));
-      q.rs = dbias_ranges(T, (int64_t)sms * per_sm, p.R, bhqk, scratch_bytes);
-      q.dbp = scratch;
-    }
-    launch(kern, T * q.rs, ATT_THREADS * G, smem, stream, q);
-    if (q.rs > 1) {
-      dbias_reduce_kernel<<<mf_cdiv(bhqk, 256), 256, 0, stream>>>(p.dbias, scratch, q.rs, bhqk, p.K, p.bl);
-      MF_CHECK_LAUNCH();
-    }
+    dbias_run(dbias_kernel<DP, MMA, GQ, GK>, T, ATT_THREADS * G, smem, p, scratch, scratch_bytes, stream);
   }
 };
+
+/* 1: the dbias pass on wgmma (dbias_wg_kernel) where D = 32; 0 (default): mma.sync. The
+ * wgmma kernel is correct but slower (H200, 2026-11-30, N = 768 triangle attention, the
+ * attention backward 7.13 ms against 5.79): one warpgroup per CTA loads its own Q, dO, K,
+ * V tiles — 4 bytes of L2 traffic per logit, twice dbias_kernel's 2 × 2 tile sharing — and
+ * this pass is bound by that traffic, not by the tensor core (README step 12). */
+static int g_dbias_wg = 0;
+
+extern "C" int mf_attention_cuda_set_dbias_wg(int on) {
+  const int old = g_dbias_wg;
+  g_dbias_wg = on != 0;
+  return old;
+}
 
 template <int DP, bool MMA>
 static void forward_dp(const att_params &p, cudaStream_t stream) {
@@ -1805,7 +1951,11 @@ static void backward_dp(const att_params &p, bool want_dkdv, bool want_dq, bool 
         sbytes = scratch_bytes;
       }
     }
-    with_cfg<DP, MMA>(c.dbias, dbias_launch<DP, MMA>{p, stream, sbuf, sbytes});
+    if (MMA && DP == 32 && p.D == 32 && g_dbias_wg)
+      dbias_run(dbias_wg_kernel, (int64_t)p.B * p.H * p.nqb * p.nkb, ATT_THREADS, dbias_wg_smem(), p,
+                sbuf, sbytes, stream);
+    else
+      with_cfg<DP, MMA>(c.dbias, dbias_launch<DP, MMA>{p, stream, sbuf, sbytes});
   }
   if (fused) {
     if constexpr (MMA) fused_launch<DP>(p, v, scratch, scratch_bytes, stream);

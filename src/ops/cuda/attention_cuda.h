@@ -125,6 +125,10 @@ void mf_attention_backward_strided_cuda(
  * pass, 8 / 9 = 7 with the dQ accumulator forced into global scratch / shared memory,
  * 10 / 11 = 8 with the fused kernel's step schedule 0 / 2 (README step 7); lab only: 2 = the first tensor-core version (no split dbias pass), 3..5 = CTAs of
  * several warpgroups sharing tiles (dev/cuda/README.md). Returns the previous one. */
+/* The dbias pass's kernel where D = 32: 0 (default) the mma.sync one, 1 the wgmma kernel
+ * (sm_90a; tested, measured slower: attention.cu says why); for the tests, the lab and the
+ * benchmark. Returns the previous setting. */
+int mf_attention_cuda_set_dbias_wg(int on);
 int mf_attention_cuda_set_variant(int variant);
 
 /* The order in which the forward's CTAs are numbered (what the hardware scheduler runs
