@@ -250,8 +250,7 @@ extern "C" void mf_ln_gemm_mma_cuda(bf16 *out, float *mean, float *rstd, const b
   MF_ASSERT(mf_ln_gemm_mma_supported(C, O, epilogue, mode, x, out, w),
             "ln_gemm_mma: unsupported C=%d O=%d epilogue=%d mode=%d (or alignment)", C, O,
             epilogue, (int)mode);
-  MF_ASSERT(mode == MF_LN_IDENTITY || mode == MF_LN_NONE || gamma, "ln_gemm_mma: gamma required");
-  MF_ASSERT(mode != MF_LN_FULL || beta, "ln_gemm_mma: beta required");
+  lg_check_ln_args("ln_gemm_mma", mode, gamma, beta, mean, rstd, 0);
   if (M <= 0) return;
   if (mode == MF_LN_IDENTITY) mean = rstd = NULL;
   const int md = (int)mode;
@@ -357,13 +356,7 @@ transition_fused_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__
       tf_load_w<C>(swab0 + (buf ^ 1) * L::wab, swo0 + (buf ^ 1) * L::wo, w_ab, w_o, jn, Hd);
       if (j == 0) {
         lg_load_tile<C>(xs, x, t + gridDim.x, ntiles, M, LG_BM, threadIdx.x);
-        if (accumulate)
-#pragma unroll
-          for (int i = 0; i < LG_BM * (C / 8) / LG_THREADS; i++) {
-            const int idx = (int)threadIdx.x + i * LG_THREADS;
-            const int r = idx / (C / 8), k8 = (idx - r * (C / 8)) * 8;
-            if (r < rows) lg_cp16(os + r * LDA + k8, out + (m0 + r) * C + k8);
-          }
+        if (accumulate) lg_load_residual<C, LG_THREADS>(os, LDA, out, m0, rows, (int)threadIdx.x);
       }
       mf_cp_async_commit();
       mf_cp_async_wait<1>(); /* everything but the group just issued: weight chunk j is here */
@@ -465,9 +458,7 @@ extern "C" void mf_transition_fused_forward_cuda(bf16 *out, float *mean, float *
                                                  cudaStream_t stream) {
   MF_ASSERT(mf_transition_fused_supported(C, Hd, mode, inp, out, w_ab, w_o),
             "transition_fused: unsupported C=%d Hd=%d mode=%d (or alignment)", C, Hd, (int)mode);
-  MF_ASSERT(mode == MF_LN_IDENTITY || (mean && rstd), "transition_fused: mean/rstd required");
-  MF_ASSERT(mode == MF_LN_IDENTITY || mode == MF_LN_NONE || gamma, "transition_fused: gamma required");
-  MF_ASSERT(mode != MF_LN_FULL || beta, "transition_fused: beta required");
+  lg_check_ln_args("transition_fused", mode, gamma, beta, mean, rstd, 1);
   if (M <= 0) return;
   if (mode == MF_LN_IDENTITY) mean = rstd = NULL;
   if (C == 64)

@@ -258,8 +258,7 @@ extern "C" void mf_ln_gemm_wg_cuda(bf16 *out, float *mean, float *rstd, const bf
   MF_ASSERT(mf_ln_gemm_wg_supported(C, O, epilogue, mode, x, out, w),
             "ln_gemm_wg: unsupported C=%d O=%d epilogue=%d mode=%d (or alignment)", C, O, epilogue,
             (int)mode);
-  MF_ASSERT(mode == MF_LN_IDENTITY || mode == MF_LN_NONE || gamma, "ln_gemm_wg: gamma required");
-  MF_ASSERT(mode != MF_LN_FULL || beta, "ln_gemm_wg: beta required");
+  lg_check_ln_args("ln_gemm_wg", mode, gamma, beta, mean, rstd, 0);
   if (M <= 0) return;
   if (mode == MF_LN_IDENTITY) mean = rstd = NULL;
   const int md = (int)mode;

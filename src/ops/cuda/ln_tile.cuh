@@ -135,4 +135,29 @@ static __device__ __forceinline__ void lg_load_tile(bf16 *xs, const bf16 *__rest
   }
 }
 
+/* The residual rows m0 .. m0 + rows − 1 of out (M, C) into the staging tile os (pitch ldo
+ * elements) by cp.async, by the `threads` threads tid = 0.. of the CTA (the transition
+ * forwards' accumulate mode). */
+template <int C, int THREADS>
+static __device__ __forceinline__ void lg_load_residual(bf16 *os, int ldo, const bf16 *out,
+                                                        int64_t m0, int rows, int tid) {
+#pragma unroll
+  for (int i = 0; i < LG_BM * (C / 8) / THREADS; i++) {
+    const int idx = tid + i * THREADS;
+    const int r = idx / (C / 8), k8 = (idx - r * (C / 8)) * 8;
+    if (r < rows) lg_cp16(os + r * ldo + k8, out + (m0 + r) * C + k8);
+  }
+}
+
+/* The LayerNorm arguments every fused LN + GEMM forward checks (who: its name in the
+ * message): γ unless the mode is NONE or IDENTITY, β for FULL, and with stats = 1 mean and
+ * rstd unless the mode is IDENTITY. Host side. */
+static inline void lg_check_ln_args(const char *who, mf_ln_mode mode, const void *gamma,
+                                    const void *beta, const float *mean, const float *rstd,
+                                    int stats) {
+  MF_ASSERT(!stats || mode == MF_LN_IDENTITY || (mean && rstd), "%s: mean/rstd required", who);
+  MF_ASSERT(mode == MF_LN_IDENTITY || mode == MF_LN_NONE || gamma, "%s: gamma required", who);
+  MF_ASSERT(mode != MF_LN_FULL || beta, "%s: beta required", who);
+}
+
 #endif

@@ -114,13 +114,7 @@ transition_wg_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__ rs
       tw_load_w(wab0 + (buf ^ 1) * L::WAB, wo0 + (buf ^ 1) * L::WO, w_ab, w_o, jn, Hd);
       if (j == 0) {
         lg_load_tile<C>(xs, x, t + gridDim.x, ntiles, M, LG_BM, threadIdx.x);
-        if (accumulate)
-#pragma unroll
-          for (int i = 0; i < LG_BM * (C / 8) / TW_THREADS; i++) {
-            const int idx = (int)threadIdx.x + i * TW_THREADS;
-            const int r = idx / (C / 8), k8 = (idx - r * (C / 8)) * 8;
-            if (r < rows) lg_cp16(os + r * LDO + k8, out + (m0 + r) * C + k8);
-          }
+        if (accumulate) lg_load_residual<C, TW_THREADS>(os, LDO, out, m0, rows, (int)threadIdx.x);
       }
       mf_cp_async_commit();
       mf_cp_async_wait<1>(); /* everything but the group just issued: chunk j is here */
@@ -209,9 +203,7 @@ extern "C" void mf_transition_wg_forward_cuda(bf16 *out, float *mean, float *rst
                                               cudaStream_t stream) {
   MF_ASSERT(mf_transition_wg_supported(C, Hd, mode, inp, out, w_ab, w_o),
             "transition_wg: unsupported C=%d Hd=%d mode=%d (or alignment)", C, Hd, (int)mode);
-  MF_ASSERT(mode == MF_LN_IDENTITY || (mean && rstd), "transition_wg: mean/rstd required");
-  MF_ASSERT(mode == MF_LN_IDENTITY || mode == MF_LN_NONE || gamma, "transition_wg: gamma required");
-  MF_ASSERT(mode != MF_LN_FULL || beta, "transition_wg: beta required");
+  lg_check_ln_args("transition_wg", mode, gamma, beta, mean, rstd, 1);
   if (M <= 0) return;
   if (mode == MF_LN_IDENTITY) mean = rstd = NULL;
   const int smem = tw_layout::bytes;
