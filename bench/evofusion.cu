@@ -2,13 +2,16 @@
  * LayerNorm + Linear (128 → 128), the gated projection (LN + [p | g] GEMM, 128 → 128), the
  * SwiGLU transition (Hd = 4c), the outgoing triangle multiplication (Ch = 128) and the
  * residual + row dropout, forward and backward separately, plus a device-to-device copy
- * measured in the same process as the bandwidth ceiling. The forwards of the first three
- * also run in each forward variant: "[mma]" (the mma.sync kernels of ln_gemm.cu, variant
- * 2), "[staging]" (LN staging + cuBLAS, variant 1), "[wmma]" (the WMMA fused LN + GEMM,
- * variant 0); the unsuffixed row is the default. Times are medians of CUDA-event
- * timed repetitions after warm-up, on random bf16 inputs. "GB/s" counts the op's
- * unavoidable traffic only (each activation input read once, each activation output
- * written once, bf16), so it is comparable across implementations; "TFLOP/s" counts the
+ * measured in the same process as the bandwidth ceiling, and the LayerNorm row kernels alone
+ * (mf_ln_rows_cuda and its backward: the staging paths' building block). The forwards of
+ * the first three also run in each forward variant: "[mma]" (the mma.sync kernels of
+ * ln_gemm.cu, variant 2), "[staging]" (LN staging + cuBLAS, variant 1), "[wmma]" (the WMMA
+ * fused LN + GEMM, variant 0); the unsuffixed row is the default; "[generic]" and "[gs]"
+ * are the previous LayerNorm-row and residual kernels (variant 0 of their setters). Times
+ * are medians of CUDA-event timed repetitions after warm-up, on random bf16 inputs. "GB/s"
+ * counts the op's unavoidable traffic only (each activation input read once, each
+ * activation output written once, bf16; the LN rows: also the fp32 dy and the 8 bytes of
+ * statistics per row), so it is comparable across implementations; "TFLOP/s" counts the
  * GEMM FLOPs of the forward (2× for the backward, without recomputation). Not a
  * correctness test (tests/gpu/test_fusion_gpu.cu is). Writes JSON rows in DESIGN.md's
  * format with --json.
@@ -68,6 +71,7 @@ typedef struct {
   mf_trimul_cuda_grads tg;
   float *mask;
   mf_resdrop_cuda rd;
+  float *dy, *part; /* (M, C) fp32 upstream gradient, (parts, 2C) of the LN row backward */
 } prob;
 
 static void lnl_fwd(void *p_) {
@@ -122,6 +126,15 @@ static void rd_bwd(void *p_) {
   prob *p = (prob *)p_;
   mf_dropout_mask_cuda(p->mask, p->N, C_PAIR, p->rd.p, p->rd.seed, p->rd.stream, 0);
   mf_dropout_backward_cuda(p->dx, p->dout, p->mask, p->N, p->N, C_PAIR, MF_DROPOUT_ROWWISE, 0);
+}
+static void ln_fwd(void *p_) {
+  prob *p = (prob *)p_;
+  mf_ln_rows_cuda(p->out, p->mean, p->rstd, p->x, p->g, p->b, p->M, C_PAIR, MF_LN_FULL, 0, 0);
+}
+static void ln_bwd(void *p_) {
+  prob *p = (prob *)p_;
+  mf_ln_rows_backward_cuda(p->dx, p->part, p->dy, p->x, p->mean, p->rstd, p->g, p->M, C_PAIR,
+                           MF_LN_FULL, 0, 0);
 }
 typedef struct {
   void *dst, *src;
@@ -195,6 +208,26 @@ static void bench_n(int N) {
   const double act = (double)M * C * 2; /* one bf16 activation (M, C) */
   evo_io_alloc(&p, M, C);
   const double fl_lin = 2.0 * M * C * C;
+
+  /* the LayerNorm row kernels alone (mf_ln_rows_cuda / mf_ln_rows_backward_cuda, FULL):
+   * forward x → y (bf16) + mean, rstd; backward dy (fp32), x, mean, rstd → dx (bf16) + the
+   * γ/β partials (not counted: parts·2C floats). "[generic]" rows: the generic kernels
+   * (mf_ln_rows_cuda_set_variant(0)). */
+  {
+    p.dy = (float *)dev_zero((size_t)M * C * 4);
+    p.part = (float *)dev_zero((size_t)mf_ln_rows_backward_parts(M) * 2 * C * 4);
+    MF_CHECK_CUDA(cudaMemset(p.dy, 0x3c, (size_t)M * C * 4)); /* ≈ 0.0115, finite */
+    const double bf = 2 * act + 8.0 * M, bb = (double)M * C * (4 + 2 + 2) + 8.0 * M;
+    ln_fwd(&p);
+    row("ln_rows", N, "fwd", median_ms(ln_fwd, &p), bf, 0, 0);
+    row("ln_rows", N, "bwd", median_ms(ln_bwd, &p), bb, 0, 0);
+    const int lv = mf_ln_rows_cuda_set_variant(0);
+    row("ln_rows[generic]", N, "fwd", median_ms(ln_fwd, &p), bf, 0, 0);
+    row("ln_rows[generic]", N, "bwd", median_ms(ln_bwd, &p), bb, 0, 0);
+    mf_ln_rows_cuda_set_variant(lv);
+    MF_CHECK_CUDA(cudaFree(p.dy));
+    MF_CHECK_CUDA(cudaFree(p.part));
+  }
 
   /* LayerNorm + Linear 128 → 128 */
   p.w1 = dev_rand((int64_t)C * C, 15, 0.09, 0);
@@ -295,6 +328,10 @@ static void bench_n(int N) {
   p.rd.axis = MF_DROPOUT_ROWWISE;
   row("resdrop_row", N, "fwd", median_ms(rd_fwd, &p), 3 * act, 0, (double)N * C * 4);
   row("resdrop_row", N, "bwd", median_ms(rd_bwd, &p), 2 * act, 0, (double)N * C * 4);
+  const int rv = mf_dropout_cuda_set_variant(0); /* the grid-stride kernel, for comparison */
+  row("resdrop_row[gs]", N, "fwd", median_ms(rd_fwd, &p), 3 * act, 0, (double)N * C * 4);
+  row("resdrop_row[gs]", N, "bwd", median_ms(rd_bwd, &p), 2 * act, 0, (double)N * C * 4);
+  mf_dropout_cuda_set_variant(rv);
   MF_CHECK_CUDA(cudaFree(p.mask));
 
   evo_io_free(&p);

@@ -22,7 +22,10 @@
  * backward in place) with that kernel (its three configurations and, for the transition,
  * the three light ones; and the wgmma kernels, configuration 7; all opt-in) and with
  * staging + cuBLAS, and the transition backward with gradients skipped
- * (NULL) must reproduce the full call's bits for the gradients it computes. Needs a GPU;
+ * (NULL) must reproduce the full call's bits for the gradients it computes. The LayerNorm
+ * row kernels (mf_ln_rows_cuda and its backward) are also tested alone, and they and the
+ * residual + dropout kernels must match their generic variants (set_variant(0)) bit for
+ * bit. Needs a GPU;
  * not a benchmark. */
 #include <math.h>
 #include <stdio.h>
@@ -40,6 +43,7 @@
 #include "ops/cuda/transition_cuda.h"
 #include "ops/cuda/trimul_cuda.h"
 #include "ops/dropout.h"
+#include "ops/layernorm.h"
 #include "ops/linear.h"
 #include "ops/ln_linear.h"
 #include "ops/transition.h"
@@ -565,6 +569,81 @@ static void test_transition_null(int64_t M, int C, int Hd, mf_ln_mode mode, uint
   mf_test_free_all();
 }
 
+/* ================================================================ LayerNorm rows */
+
+/* The row building blocks alone: mf_ln_rows_cuda (statistics computed, then recomputed from
+ * the saved ones) and mf_ln_rows_backward_cuda (dx assigned or added, the γ/β partials
+ * reduced) against the CPU LayerNorm; run twice with the default (vectorised where the
+ * shape allows) kernels and once with the generic ones (mf_ln_rows_cuda_set_variant(0)):
+ * all three runs bit-identical. */
+static void test_ln_rows(int64_t M, int C, mf_ln_mode mode, int accumulate, uint64_t seed) {
+  char what[160], w2[200];
+  double *x = mf_test_alloc(M * C), *g = mf_test_alloc(C), *b = mf_test_alloc(C);
+  double *dy = mf_test_alloc(M * C), *dx0 = mf_test_alloc(M * C);
+  double *y = mf_test_alloc(M * C), *mean = mf_test_alloc(M), *rstd = mf_test_alloc(M);
+  double *dx = mf_test_alloc(M * C), *dg = mf_test_alloc(C), *db = mf_test_alloc(C);
+  rand_bf16(x, M * C, seed + 1, 1.5, 0.3);
+  rand_bf16(g, C, seed + 2, 0.2, 1.0);
+  rand_bf16(b, C, seed + 3, 0.2, 0.0);
+  rand_bf16(dy, M * C, seed + 4, 1.0, 0.0);
+  rand_bf16(dx0, M * C, seed + 5, 1.0, 0.0);
+  memset(dg, 0, (size_t)C * sizeof(double));
+  memset(db, 0, (size_t)C * sizeof(double));
+  mf_layernorm_forward(y, mean, rstd, x, g, b, M, C, mode);
+  mf_layernorm_backward(dx, dg, db, dy, mean, rstd, x, g, M, C, mode);
+  if (accumulate)
+    for (int64_t i = 0; i < M * C; i++) dx[i] += dx0[i];
+  mf_bf16_t *x_d = to_bf16(x, M * C), *g_d = to_bf16(g, C), *b_d = to_bf16(b, C);
+  float *dy_d = to_f32(dy, M * C);
+  mf_bf16_t *y_d = (mf_bf16_t *)dev_alloc(M * C * 2), *y2_d = (mf_bf16_t *)dev_alloc(M * C * 2);
+  mf_bf16_t *dx_d = (mf_bf16_t *)dev_alloc(M * C * 2);
+  float *mean_d = (float *)dev_alloc(M * 4), *rstd_d = (float *)dev_alloc(M * 4);
+  const int parts = mf_ln_rows_backward_parts(M);
+  float *part_d = (float *)dev_alloc((size_t)parts * 2 * C * 4);
+  float *dg_d = (float *)dev_alloc(C * 4), *db_d = (float *)dev_alloc(C * 4);
+  snprintf(what, sizeof what, "ln_rows M=%lld C=%d %s%s", (long long)M, C, mode_name(mode),
+           accumulate ? " dx+=" : "");
+  raw_set runs[3] = {};
+  const int def = mf_ln_rows_cuda_set_variant(-1);
+  for (int run = 0; run < 3; run++) {
+    mf_ln_rows_cuda_set_variant(run < 2 ? def : 0);
+    poison(y_d, M * C * 2);
+    poison(y2_d, M * C * 2);
+    poison(mean_d, M * 4);
+    poison(rstd_d, M * 4);
+    poison(part_d, (size_t)parts * 2 * C * 4);
+    if (accumulate) up_bf16(dx_d, dx0, M * C);
+    else poison(dx_d, M * C * 2);
+    MF_CHECK_CUDA(cudaMemset(dg_d, 0, C * 4));
+    MF_CHECK_CUDA(cudaMemset(db_d, 0, C * 4));
+    mf_ln_rows_cuda(y_d, mean_d, rstd_d, x_d, g_d, b_d, M, C, mode, 0, 0);
+    mf_ln_rows_cuda(y2_d, mean_d, rstd_d, x_d, g_d, b_d, M, C, mode, 1, 0);
+    mf_ln_rows_backward_cuda(dx_d, part_d, dy_d, x_d, mean_d, rstd_d, g_d, M, C, mode, accumulate, 0);
+    mf_ln_param_grad_reduce_cuda(dg_d, db_d, part_d, parts, C, 0);
+    MF_CHECK_CUDA(cudaDeviceSynchronize());
+    raw_add(&runs[run], y_d, M * C * 2);
+    raw_add(&runs[run], y2_d, M * C * 2);
+    raw_add(&runs[run], mean_d, M * 4);
+    raw_add(&runs[run], rstd_d, M * 4);
+    raw_add(&runs[run], dx_d, M * C * 2);
+    raw_add(&runs[run], dg_d, C * 4);
+    raw_add(&runs[run], db_d, C * 4);
+    if (run > 0) continue;
+    check_out_stats(what, y_d, y, M * C, mean_d, mean, rstd_d, rstd, M);
+    check_bf16(WHAT("y from saved statistics"), y2_d, y, M * C, TOL);
+    check_bf16(WHAT("dx"), dx_d, dx, M * C, TOL);
+    if (mode != MF_LN_NONE) check_f32(WHAT("dgamma"), dg_d, dg, C, TOL);
+    if (mode == MF_LN_FULL) check_f32(WHAT("dbeta"), db_d, db, C, TOL);
+  }
+  mf_ln_rows_cuda_set_variant(def);
+  MF_TEST(raw_same(&runs[0], &runs[2]), "%s: default kernels bit-identical to the generic ones",
+          what);
+  raw_free(&runs[2]);
+  end_runs(runs, what);
+  dev_free_all();
+  mf_test_free_all();
+}
+
 /* ================================================================ residual + dropout */
 
 static void test_dropout(int64_t A, int64_t B, int C, mf_dropout_axis axis, double p, uint64_t seed) {
@@ -584,9 +663,11 @@ static void test_dropout(int64_t A, int64_t B, int C, mf_dropout_axis axis, doub
   mf_dropout_backward(dx, dout, mask, A, B, C, axis);
   snprintf(what, sizeof what, "resdrop A=%lld B=%lld C=%d %s p=%.2f", (long long)A, (long long)B, C,
            axis == MF_DROPOUT_ROWWISE ? "row" : "col", p);
-  raw_set runs[2] = {};
-  for (int run = 0; run < 2; run++) {
-    if (run == 1) { /* restore z (the first run added into it) */
+  raw_set runs[3] = {};
+  const int rd_def = mf_dropout_cuda_set_variant(-1);
+  for (int run = 0; run < 3; run++) { /* run 2: the grid-stride kernel (variant 0) */
+    mf_dropout_cuda_set_variant(run < 2 ? rd_def : 0);
+    if (run >= 1) { /* restore z (the first run added into it) */
       double *z0 = mf_test_alloc(n);
       rand_bf16(z0, n, seed + 2, 1.0, 0.0);
       up_bf16(z_d, z0, n);
@@ -600,7 +681,7 @@ static void test_dropout(int64_t A, int64_t B, int C, mf_dropout_axis axis, doub
     raw_add(&runs[run], mask_d, R * C * 4);
     raw_add(&runs[run], z_d, n * 2);
     raw_add(&runs[run], dx_d, n * 2);
-    if (run == 1) continue;
+    if (run >= 1) continue;
     double *gm = mf_test_alloc(R * C);
     from_f32(gm, mask_d, R * C);
     int64_t bad = 0;
@@ -610,6 +691,10 @@ static void test_dropout(int64_t A, int64_t B, int C, mf_dropout_axis axis, doub
     check_bf16(WHAT("z += x*mask"), z_d, z, n, TOL);
     check_bf16(WHAT("dx"), dx_d, dx, n, TOL);
   }
+  mf_dropout_cuda_set_variant(rd_def);
+  MF_TEST(raw_same(&runs[0], &runs[2]), "%s: default kernel bit-identical to the grid-stride one",
+          what);
+  raw_free(&runs[2]);
   end_runs(runs, what);
   dev_free_all();
   mf_test_free_all();
@@ -864,6 +949,23 @@ int main(void) {
   test_dropout(33, 33, 128, MF_DROPOUT_COLWISE, 0.25, s += 20);
   test_dropout(7, 65, 20, MF_DROPOUT_ROWWISE, 0.5, s += 20);
   test_dropout(65, 7, 20, MF_DROPOUT_COLWISE, 0.0, s += 20);
+  /* the slot kernel (C % 8 == 0; COLWISE only from C = 64): uneven pieces, C = 40 / 64 */
+  test_dropout(300, 257, 128, MF_DROPOUT_ROWWISE, 0.25, s += 20);
+  test_dropout(257, 300, 64, MF_DROPOUT_COLWISE, 0.25, s += 20);
+  test_dropout(7, 65, 40, MF_DROPOUT_ROWWISE, 0.5, s += 20);
+  test_dropout(65, 7, 40, MF_DROPOUT_COLWISE, 0.5, s += 20); /* grid-stride kernel */
+  test_dropout(1, 3, 128, MF_DROPOUT_ROWWISE, 0.25, s += 20);
+
+  /* the LayerNorm row kernels alone: the vectorised ones (forward C = 64 / 128 / 256,
+   * backward C = 64 / 128) with partial row groups, one row, more row groups than the
+   * persistent grid's warps (M = 70001 at C = 128), and the generic ones (C = 40, 384) */
+  test_ln_rows(1000, 128, MF_LN_FULL, 0, s += 20);
+  test_ln_rows(70001, 128, MF_LN_SCALE, 1, s += 20);
+  test_ln_rows(1, 128, MF_LN_NONE, 0, s += 20);
+  test_ln_rows(9000, 64, MF_LN_FULL, 1, s += 20);
+  test_ln_rows(300, 256, MF_LN_SCALE, 0, s += 20);
+  test_ln_rows(129, 40, MF_LN_NONE, 1, s += 20);
+  test_ln_rows(77, 384, MF_LN_FULL, 0, s += 20);
 
   test_trimul(7, 128, 128, 1, 0, 0, 0, s += 20);
   test_trimul(7, 128, 128, 0, 1, 0, 0, s += 20);

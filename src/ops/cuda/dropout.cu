@@ -21,8 +21,24 @@ static __global__ void dropout_mask_kernel(float *__restrict__ mask, int64_t n, 
   }
 }
 
+/* zs[j] = bf16(fma(xs[j], mk[j], accumulate ? zs[j] : 0)) for 8 channels: one fp32 rounding,
+ * then bf16. The fma is explicit: it is what the compiler made of the original
+ * `(accumulate ? z : 0) + x·m` (sm_90a SASS, CUDA 13.1), so both kernels below give those
+ * bits whatever the code around them. */
+static __device__ __forceinline__ uint4 resdrop8(uint4 xv, uint4 zv, const float *mk,
+                                                 int accumulate) {
+  const bf16 *xs = (const bf16 *)&xv;
+  bf16 *zs = (bf16 *)&zv;
+#pragma unroll
+  for (int j = 0; j < 8; j++)
+    zs[j] = mf_f32_to_bf16(
+        __fmaf_rn(mf_bf16_to_f32(xs[j]), mk[j], accumulate ? mf_bf16_to_f32(zs[j]) : 0.0f));
+  return zv;
+}
+
 /* z (A, B, C) += x ⊙ mask (accumulate = 1), or z = x ⊙ mask (accumulate = 0);
- * 8 channels per thread when C % 8 == 0 (16-byte loads), else one. */
+ * 8 channels per thread when C % 8 == 0 (16-byte loads), else one. (Variant 0; the
+ * default for C % 8 == 0 is resdrop_vec_kernel below.) */
 static __global__ void resdrop_kernel(bf16 *__restrict__ z, const bf16 *__restrict__ x,
                                const float *__restrict__ mask, int64_t A, int64_t B, int C,
                                int axis, int accumulate) {
@@ -35,19 +51,68 @@ static __global__ void resdrop_kernel(bf16 *__restrict__ z, const bf16 *__restri
     const int64_t a = row / B, b = row - a * B;
     const float *mk = mask + (axis == MF_DROPOUT_ROWWISE ? b : a) * C + c0;
     if (vec == 8) {
-      uint4 xv = *(const uint4 *)(x + e), zv = accumulate ? *(const uint4 *)(z + e) : make_uint4(0, 0, 0, 0);
-      const bf16 *xs = (const bf16 *)&xv;
-      bf16 *zs = (bf16 *)&zv;
-#pragma unroll
-      for (int j = 0; j < 8; j++)
-        zs[j] = mf_f32_to_bf16((accumulate ? mf_bf16_to_f32(zs[j]) : 0.0f) +
-                               mf_bf16_to_f32(xs[j]) * mk[j]);
-      *(uint4 *)(z + e) = zv;
+      const uint4 xv = *(const uint4 *)(x + e),
+                  zv = accumulate ? *(const uint4 *)(z + e) : make_uint4(0, 0, 0, 0);
+      *(uint4 *)(z + e) = resdrop8(xv, zv, mk, accumulate);
     } else {
-      float v = mf_bf16_to_f32(x[e]) * mk[0];
-      z[e] = mf_f32_to_bf16(accumulate ? mf_bf16_to_f32(z[e]) + v : v);
+      const float v = __fmul_rn(mf_bf16_to_f32(x[e]), mk[0]); /* unfused, as before */
+      z[e] = mf_f32_to_bf16(accumulate ? __fadd_rn(mf_bf16_to_f32(z[e]), v) : v);
     }
   }
+}
+
+/* The same for C % 8 == 0 without per-element index arithmetic or mask re-reads. The rows
+ * r = o·so + i·si sharing mask row o (ROWWISE: o = b, i = a, so = 1, si = B; COLWISE:
+ * o = a, i = b, so = B, si = 1) are walked by "slots" (o, k), k the 8-channel group: thread
+ * t holds slot t % slots with its 8 mask values in registers and takes the i of piece
+ * t / slots (per consecutive i), RD_U rows' loads (128 bytes) issued before any store. Neighbouring
+ * threads are neighbouring channel groups, then neighbouring o (ROWWISE: neighbouring rows;
+ * COLWISE: rows B apart, so only for C >= 64). The launcher sizes pieces so the grid is one
+ * wave of resident blocks. */
+template <int ACC>
+static __global__ void __launch_bounds__(256, 3)
+    resdrop_vec_kernel(bf16 *__restrict__ z, const bf16 *__restrict__ x,
+                       const float *__restrict__ mask, int64_t I, int64_t so, int64_t si, int C,
+                       int64_t slots, int64_t per) {
+  constexpr int RD_U = ACC ? 4 : 8; /* rows per step: 128 bytes of loads per thread */
+  constexpr int accumulate = ACC;
+  const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t slot = t % slots, piece = t / slots;
+  const int64_t i0 = piece * per, i1 = i0 + per < I ? i0 + per : I;
+  if (i0 >= I) return;
+  const int C8 = C / 8;
+  const int64_t o = slot / C8;
+  const int c0 = (int)(slot - o * C8) * 8;
+  float mk[8];
+  {
+    const float4 m0 = *(const float4 *)(mask + o * C + c0), m1 = *(const float4 *)(mask + o * C + c0 + 4);
+    mk[0] = m0.x; mk[1] = m0.y; mk[2] = m0.z; mk[3] = m0.w;
+    mk[4] = m1.x; mk[5] = m1.y; mk[6] = m1.z; mk[7] = m1.w;
+  }
+  const int64_t step = si * C; /* elements between rows i and i + 1 */
+  const int64_t e0 = (o * so + i0 * si) * C + c0;
+  for (int64_t i = i0; i < i1; i += RD_U) {
+    const int64_t e = e0 + (i - i0) * step;
+    uint4 xv[RD_U], zv[RD_U];
+#pragma unroll
+    for (int u = 0; u < RD_U; u++) {
+      if (i + u < i1) {
+        xv[u] = __ldcs((const uint4 *)(x + e + u * step));
+        zv[u] = accumulate ? __ldcs((const uint4 *)(z + e + u * step)) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < RD_U; u++)
+      if (i + u < i1) *(uint4 *)(z + e + u * step) = resdrop8(xv[u], zv[u], mk, accumulate);
+  }
+}
+
+static int g_rd_variant = 1;
+
+extern "C" int mf_dropout_cuda_set_variant(int variant) {
+  const int old = g_rd_variant;
+  if (variant >= 0) g_rd_variant = variant;
+  return old;
 }
 
 static unsigned do_blocks(int64_t n) {
@@ -65,6 +130,34 @@ static void launch_mask(float *mask, int64_t n, double p, uint64_t seed, uint64_
 
 static void launch_resdrop(bf16 *z, const bf16 *x, const float *mask, int64_t A, int64_t B,
                            int C, mf_dropout_axis axis, int accumulate, cudaStream_t cs) {
+  const int rowwise = axis == MF_DROPOUT_ROWWISE;
+  if (g_rd_variant == 1 && C % 8 == 0 && (rowwise || C >= 64) &&
+      (((uintptr_t)z | (uintptr_t)x | (uintptr_t)mask) & 15) == 0) {
+    static int occs[2] = {0, 0}; /* resident blocks per SM, per kernel */
+    int &occ = occs[accumulate ? 1 : 0];
+    if (!occ) {
+      MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &occ, accumulate ? resdrop_vec_kernel<1> : resdrop_vec_kernel<0>, 256, 0));
+      if (occ < 1) occ = 1;
+    }
+    const int64_t O = rowwise ? B : A, I = rowwise ? A : B;
+    const int64_t slots = O * (C / 8), wave = (int64_t)mf_sm_count() * occ * 256;
+    int64_t pieces = wave / slots;
+    if (pieces < 1) pieces = 1;
+    if (pieces > I) pieces = I;
+    const int64_t per = (I + pieces - 1) / pieces;
+    pieces = (I + per - 1) / per;
+    const int64_t threads = slots * pieces;
+    const unsigned blocks = (unsigned)((threads + 255) / 256);
+    if (accumulate)
+      resdrop_vec_kernel<1><<<blocks, 256, 0, cs>>>(z, x, mask, I, rowwise ? 1 : B,
+                                                    rowwise ? B : 1, C, slots, per);
+    else
+      resdrop_vec_kernel<0><<<blocks, 256, 0, cs>>>(z, x, mask, I, rowwise ? 1 : B,
+                                                    rowwise ? B : 1, C, slots, per);
+    MF_CHECK_LAUNCH();
+    return;
+  }
   const int vec = (C % 8 == 0) ? 8 : 1;
   resdrop_kernel<<<do_blocks(A * B * C / vec), 256, 0, cs>>>(z, x, mask, A, B, C, (int)axis,
                                                               accumulate);

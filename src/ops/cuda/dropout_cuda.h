@@ -46,6 +46,12 @@ void mf_dropout_backward_cuda(__nv_bfloat16 *dx, const __nv_bfloat16 *dout, cons
                               int64_t A, int64_t B, int C, mf_dropout_axis axis,
                               cudaStream_t cs);
 
+/* The residual kernels: 1 (default) the slot kernel for C % 8 == 0 (ROWWISE, or COLWISE
+ * with C >= 64) on 16-byte aligned pointers, bit-identical to 0, the grid-stride kernel
+ * (every shape); returns the previous variant (variant < 0 only reads it). For tests and
+ * the bench. */
+int mf_dropout_cuda_set_variant(int variant);
+
 #ifdef __cplusplus
 }
 #endif

@@ -173,7 +173,26 @@ static __global__ void ln_rows_bwd_kernel(bf16 *__restrict__ dx, float *__restri
       if (dx) {
         const float rsu = rs[u];
         bf16 *dr = dx + r * C;
-        if (CONTIG) {
+        if (CONTIG && V <= 4) { /* the roundings pinned (ln_rows_bwd_vec_kernel's comment) */
+#pragma unroll
+          for (int i = 0; i < V; i += 2) {
+            float a[2];
+            const __nv_bfloat162 o = accumulate ? *(const __nv_bfloat162 *)(dr + lane * V + i)
+                                                : __floats2bfloat162_rn(0.0f, 0.0f);
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+              const float ok = k ? __high2float(o) : __low2float(o);
+              if (V == 4 && ((i + k) & 3) >= 2) {
+                const float t = __fmaf_rn(xh[i + k], -sgx, __fmaf_rn(dl[u][i + k], gm[i + k], -sg));
+                a[k] = accumulate ? __fmaf_rn(rsu, t, ok) : __fmul_rn(rsu, t);
+              } else {
+                const float t = __fmul_rn(rsu, __fmaf_rn(xh[i + k], -sgx, __fsub_rn(g[i + k], sg)));
+                a[k] = accumulate ? __fadd_rn(t, ok) : t;
+              }
+            }
+            *(__nv_bfloat162 *)(dr + lane * V + i) = __floats2bfloat162_rn(a[0], a[1]);
+          }
+        } else if (CONTIG) {
 #pragma unroll
           for (int i = 0; i < V; i += 2) {
             float a0 = rsu * (g[i] - sg - xh[i] * sgx), a1 = rsu * (g[i + 1] - sg - xh[i + 1] * sgx);
@@ -212,6 +231,281 @@ static __global__ void ln_rows_bwd_kernel(bf16 *__restrict__ dx, float *__restri
     for (int k = 0; k < nw; k++) s += sm[k * 2 * C + j];
     part[(int64_t)blockIdx.x * 2 * C + j] = s;
   }
+}
+
+/* ---------------------------------------------------------------- vectorised row kernels
+ * The default for contiguous rows of C = 32·V (forward V = 2, 4, 8: C = 64, 128, 256;
+ * backward V = 2, 4) with 2V-byte aligned rows (mf_ln_rows_cuda_set_variant(1)); variant 0
+ * and every other C run the kernels above. Same lanes, channels, arithmetic, roundings
+ * and summation order as those, so the results are bit-identical (the roundings are pinned
+ * with __fmul_rn / __fadd_rn / __fmaf_rn to what the compiler made of the kernels above:
+ * sm_90a SASS, CUDA 13.1; the backward's dx of those is pinned the same way), but each lane
+ * moves its V channels of a row with one 4-, 8- or 16-byte access (streaming loads for the
+ * read-once x and dy), γ/β sit in registers, and the forward is a persistent grid of
+ * whole waves (equal row shares per warp) whose warps load LN_VEC_RPW rows before reducing any (2 KiB per warp, 64 KiB
+ * per SM in flight at C = 128, against 1 KiB per warp before). Row counts chosen without a
+ * GPU (registers and bytes in flight), not measured. */
+#define LN_VEC_RPW 8 /* rows per warp per step of the vectorised forward (V <= 4) */
+#define LN_VEC_BWD_RB 3 /* rows per warp per step of the vectorised backward */
+
+static int g_ln_rows_variant = 1;
+
+extern "C" int mf_ln_rows_cuda_set_variant(int variant) {
+  const int old = g_ln_rows_variant;
+  if (variant >= 0) g_ln_rows_variant = variant;
+  return old;
+}
+
+/* V bf16 at p (2V-byte aligned) as raw 32-bit words (two channels each, low half first). */
+template <int V>
+static __device__ __forceinline__ void ln_ld_words(uint32_t *u, const bf16 *p) {
+  if constexpr (V == 8) {
+    const uint4 t = __ldcs((const uint4 *)p);
+    u[0] = t.x; u[1] = t.y; u[2] = t.z; u[3] = t.w;
+  } else if constexpr (V == 4) {
+    const uint2 t = __ldcs((const uint2 *)p);
+    u[0] = t.x; u[1] = t.y;
+  } else {
+    u[0] = __ldcs((const unsigned int *)p);
+  }
+}
+template <int V>
+static __device__ __forceinline__ void ln_words_f32(float *v, const uint32_t *u) {
+#pragma unroll
+  for (int k = 0; k < V / 2; k++) {
+    __nv_bfloat162 h;
+    memcpy(&h, &u[k], 4);
+    v[2 * k] = __low2float(h);
+    v[2 * k + 1] = __high2float(h);
+  }
+}
+/* p (2V-byte aligned) = V values, rounded to nearest bf16 in pairs. */
+template <int V>
+static __device__ __forceinline__ void ln_st_bf16(bf16 *p, const float *o) {
+  uint32_t u[V / 2];
+#pragma unroll
+  for (int k = 0; k < V / 2; k++) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(o[2 * k], o[2 * k + 1]);
+    memcpy(&u[k], &h, 4);
+  }
+  if constexpr (V == 8) *(uint4 *)p = make_uint4(u[0], u[1], u[2], u[3]);
+  else if constexpr (V == 4) *(uint2 *)p = make_uint2(u[0], u[1]);
+  else *(unsigned int *)p = u[0];
+}
+/* Plain (cached) load of V bf16 as fp32: the accumulate path's read of dx. */
+template <int V>
+static __device__ __forceinline__ void ln_ld_plain(float *v, const bf16 *p) {
+  uint32_t u[V / 2];
+  if constexpr (V == 8) {
+    const uint4 t = *(const uint4 *)p;
+    u[0] = t.x; u[1] = t.y; u[2] = t.z; u[3] = t.w;
+  } else if constexpr (V == 4) {
+    const uint2 t = *(const uint2 *)p;
+    u[0] = t.x; u[1] = t.y;
+  } else {
+    u[0] = *(const unsigned int *)p;
+  }
+  ln_words_f32<V>(v, u);
+}
+
+/* ln_rows_kernel<V, true, RPW> as a persistent grid: each warp takes an equal share of
+ * consecutive rows, RPW at a time. */
+template <int V, int RPW>
+static __global__ void __launch_bounds__(LN_ROWS_PER_BLOCK *MF_WARP_SIZE, V <= 4 ? 4 : 3)
+    ln_rows_vec_kernel(bf16 *__restrict__ y, float *__restrict__ mean, float *__restrict__ rstd,
+                       const bf16 *__restrict__ x, const bf16 *__restrict__ gamma,
+                       const bf16 *__restrict__ beta, int64_t rows, int C, int mode,
+                       int use_saved) {
+  const int lane = threadIdx.x % MF_WARP_SIZE, w = threadIdx.x / MF_WARP_SIZE;
+  const int nw = blockDim.x / MF_WARP_SIZE;
+  float gm[V], bt[V];
+#pragma unroll
+  for (int i = 0; i < V; i++) {
+    const int c = lane * V + i;
+    gm[i] = (c < C && mode != MF_LN_NONE) ? mf_bf16_to_f32(gamma[c]) : 1.0f;
+    bt[i] = (c < C && mode == MF_LN_FULL) ? mf_bf16_to_f32(beta[c]) : 0.0f;
+  }
+  /* warp gw of W takes the consecutive rows [rows·gw/W, rows·(gw+1)/W): all warps end
+   * within a row of each other (no partly busy last round) */
+  const int64_t W = (int64_t)gridDim.x * nw, gw = (int64_t)blockIdx.x * nw + w;
+  const int64_t rb = rows * gw / W, re = rows * (gw + 1) / W;
+  for (int64_t r0 = rb; r0 < re; r0 += RPW) {
+    uint32_t u[RPW][V / 2];
+#pragma unroll
+    for (int j = 0; j < RPW; j++)
+      if (r0 + j < re) ln_ld_words<V>(u[j], x + (r0 + j) * C + lane * V);
+#pragma unroll
+    for (int j = 0; j < RPW; j++) {
+      const int64_t r = r0 + j;
+      if (r >= re) break; /* warp-uniform */
+      float v[V];
+      ln_words_f32<V>(v, u[j]);
+      float mu, rs;
+      if (use_saved) {
+        mu = mean[r];
+        rs = rstd[r];
+      } else {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < V; i++) s += v[i];
+        mu = mf_warp_sum(s) / (float)C;
+        float q = 0.0f;
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+          const float d = __fsub_rn(v[i], mu);
+          q = __fadd_rn(q, lane * V + i < C ? __fmul_rn(d, d) : 0.0f);
+        }
+        rs = 1.0f / sqrtf(mf_warp_sum(q) / (float)C + (float)MF_LN_EPS);
+        if (lane == 0 && mean) {
+          mean[r] = mu;
+          rstd[r] = rs;
+        }
+      }
+      float o[V];
+#pragma unroll
+      for (int i = 0; i < V; i++) {
+        const int c = lane * V + i;
+        float t = __fmul_rn(__fsub_rn(v[i], mu), rs);
+        if (c < C) {
+          if (mode != MF_LN_NONE) t = __fmul_rn(t, gm[i]);
+          if (mode == MF_LN_FULL) t = __fadd_rn(t, bt[i]);
+        }
+        o[i] = t;
+      }
+      ln_st_bf16<V>(y + r * C + lane * V, o);
+    }
+  }
+}
+
+/* ln_rows_bwd_kernel<V, true> with the same rows per warp in the same order (so the same
+ * partials), LN_VEC_BWD_RB rows of the warp's sequence loaded per step (dy as 16-byte
+ * streaming loads, x as raw words), at most 64 registers so that 4 blocks fit an SM and the
+ * mf_ln_rows_backward_parts(rows) <= 1056 blocks are whole waves on 132 SMs. */
+template <int V, int RB>
+static __global__ void __launch_bounds__(LN_ROWS_PER_BLOCK *MF_WARP_SIZE, 4)
+    ln_rows_bwd_vec_kernel(bf16 *__restrict__ dx, float *__restrict__ part,
+                           const float *__restrict__ dy, const bf16 *__restrict__ x,
+                           const float *__restrict__ mean, const float *__restrict__ rstd,
+                           const bf16 *__restrict__ gamma, int64_t rows, int C, int mode,
+                           int accumulate) {
+  extern __shared__ float sm[]; /* (warps, 2C) */
+  const int lane = threadIdx.x % MF_WARP_SIZE, w = threadIdx.x / MF_WARP_SIZE;
+  const int nw = blockDim.x / MF_WARP_SIZE;
+  float pg[V], pb[V], gm[V];
+#pragma unroll
+  for (int i = 0; i < V; i++) {
+    const int c = lane * V + i;
+    pg[i] = 0.0f;
+    pb[i] = 0.0f;
+    gm[i] = (c < C && mode != MF_LN_NONE) ? mf_bf16_to_f32(gamma[c]) : 1.0f;
+  }
+  const int64_t stride = (int64_t)gridDim.x * nw;
+  for (int64_t r0 = (int64_t)blockIdx.x * nw + w; r0 < rows; r0 += RB * stride) {
+    uint32_t xu[RB][V / 2];
+    float dl[RB][V], mu[RB], rs[RB];
+#pragma unroll
+    for (int u = 0; u < RB; u++) {
+      const int64_t r = r0 + u * stride;
+      if (r >= rows) break; /* warp-uniform */
+      mu[u] = mean[r];
+      rs[u] = rstd[r];
+      ln_ld_words<V>(xu[u], x + r * C + lane * V);
+      const float *dp = dy + r * C + lane * V;
+#pragma unroll
+      for (int i = 0; i < V; i += 4) {
+        if (i + 4 <= V) {
+          const float4 t = __ldcs((const float4 *)(dp + i));
+          dl[u][i] = t.x;
+          dl[u][i + 1] = t.y;
+          dl[u][i + 2] = t.z;
+          dl[u][i + 3] = t.w;
+        } else {
+          const float2 t = __ldcs((const float2 *)(dp + i));
+          dl[u][i] = t.x;
+          dl[u][i + 1] = t.y;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < RB; u++) {
+      const int64_t r = r0 + u * stride;
+      if (r >= rows) break;
+      float xl[V], xh[V], g[V], sg = 0.0f, sgx = 0.0f;
+      ln_words_f32<V>(xl, xu[u]);
+#pragma unroll
+      for (int i = 0; i < V; i++) {
+        const int c = lane * V + i;
+        const float d = dl[u][i];
+        xh[i] = c < C ? __fmul_rn(__fsub_rn(xl[i], mu[u]), rs[u]) : 0.0f;
+        g[i] = __fmul_rn(d, gm[i]);
+        sg = __fadd_rn(sg, g[i]);
+        sgx = __fmaf_rn(g[i], xh[i], sgx);
+        pg[i] = __fmaf_rn(d, xh[i], pg[i]);
+        pb[i] = __fadd_rn(pb[i], d);
+      }
+      sg = mf_warp_sum(sg) / (float)C;
+      sgx = mf_warp_sum(sgx) / (float)C;
+      if (dx) {
+        const float rsu = rs[u];
+        bf16 *dr = dx + r * C + lane * V;
+        float o[V], a[V];
+        if (accumulate) ln_ld_plain<V>(o, dr);
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+          /* the roundings of ln_rows_bwd_kernel<V, true> as compiled (sm_90a, CUDA 13.1):
+           * V = 4 fuses channels 2, 3 of each lane (g − s as fma(dy, γ, −s), the add of dx
+           * into the last fma), every other channel is rounded step by step */
+          if (V == 4 && (i & 3) >= 2) {
+            const float t = __fmaf_rn(xh[i], -sgx, __fmaf_rn(dl[u][i], gm[i], -sg));
+            a[i] = accumulate ? __fmaf_rn(rsu, t, o[i]) : __fmul_rn(rsu, t);
+          } else {
+            const float t = __fmul_rn(rsu, __fmaf_rn(xh[i], -sgx, __fsub_rn(g[i], sg)));
+            a[i] = accumulate ? __fadd_rn(t, o[i]) : t;
+          }
+        }
+        ln_st_bf16<V>(dr, a);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < V; i++) {
+    const int c = lane * V + i;
+    if (c < C) {
+      sm[w * 2 * C + c] = pg[i];
+      sm[w * 2 * C + C + c] = pb[i];
+    }
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < 2 * C; j += blockDim.x) {
+    float s = 0.0f;
+    for (int k = 0; k < nw; k++) s += sm[k * 2 * C + j];
+    part[(int64_t)blockIdx.x * 2 * C + j] = s;
+  }
+}
+
+/* Whether the vectorised kernels take (C, the row pointers): variant 1, C = 64, 128 or 256,
+ * rows aligned to their 2V-byte lane accesses. */
+static int ln_vec_ok(int C, const void *a, const void *b, const void *c) {
+  if (g_ln_rows_variant != 1 || (C != 64 && C != 128 && C != 256)) return 0;
+  const uintptr_t al = (uintptr_t)(C / 16) - 1; /* 2V − 1 bytes, V = C / 32 */
+  return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & al) == 0;
+}
+
+template <int V, int RPW>
+static void ln_rows_vec_launch(bf16 *y, float *mean, float *rstd, const bf16 *x,
+                               const bf16 *gamma, const bf16 *beta, int64_t rows, int C, int mode,
+                               int use_saved, cudaStream_t s) {
+  static int occ = 0; /* resident blocks per SM (once per instance) */
+  if (!occ) {
+    MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &occ, ln_rows_vec_kernel<V, RPW>, LN_ROWS_PER_BLOCK * MF_WARP_SIZE, 0));
+    if (occ < 1) occ = 1;
+  }
+  const int64_t need = (rows + (int64_t)RPW * LN_ROWS_PER_BLOCK - 1) / ((int64_t)RPW * LN_ROWS_PER_BLOCK);
+  const int64_t full = (int64_t)mf_sm_count() * occ;
+  const unsigned blocks = (unsigned)(need < full ? need : full);
+  ln_rows_vec_kernel<V, RPW><<<blocks, LN_ROWS_PER_BLOCK * MF_WARP_SIZE, 0, s>>>(
+      y, mean, rstd, x, gamma, beta, rows, C, mode, use_saved);
 }
 
 /* dgamma/dbeta (C) += Σ over parts, in order. */
@@ -286,7 +580,14 @@ static void launch_ln_rows(bf16 *y, float *mean, float *rstd, const bf16 *x, con
                            cudaStream_t s) {
   if (rows <= 0) return;
   const int threads = LN_ROWS_PER_BLOCK * MF_WARP_SIZE;
-  if (C <= 256) { /* 4 rows per warp */
+  if (ln_vec_ok(C, y, x, x)) { /* the vectorised persistent kernel */
+    if (C == 128)
+      ln_rows_vec_launch<4, LN_VEC_RPW>(y, mean, rstd, x, gamma, beta, rows, C, (int)mode, use_saved, s);
+    else if (C == 64)
+      ln_rows_vec_launch<2, LN_VEC_RPW>(y, mean, rstd, x, gamma, beta, rows, C, (int)mode, use_saved, s);
+    else
+      ln_rows_vec_launch<8, 4>(y, mean, rstd, x, gamma, beta, rows, C, (int)mode, use_saved, s);
+  } else if (C <= 256) { /* 4 rows per warp */
     const unsigned blocks = mf_cdiv(rows, LN_ROWS_PER_BLOCK * 4);
     LN_DISPATCH(V, CG, (ln_rows_kernel<V, CG, 4><<<blocks, threads, 0, s>>>(
                            y, mean, rstd, x, gamma, beta, rows, C, (int)mode, use_saved)));
@@ -339,8 +640,17 @@ static void launch_ln_rows_bwd(bf16 *dx, float *part, const float *dy, const bf1
   const int threads = LN_ROWS_PER_BLOCK * MF_WARP_SIZE;
   const unsigned blocks = (unsigned)mf_ln_rows_backward_parts(rows);
   const size_t smem = (size_t)LN_ROWS_PER_BLOCK * 2 * C * sizeof(float);
-  LN_DISPATCH(V, CG, (ln_rows_bwd_launch<V, CG>(blocks, threads, smem, s, dx, part, dy, x, mean,
-                                                 rstd, gamma, rows, C, (int)mode, accumulate)));
+  if (ln_vec_ok(C, dx, x, x) && C <= 128 && ((uintptr_t)dy & 15) == 0) { /* vectorised */
+    if (C == 128)
+      ln_rows_bwd_vec_kernel<4, LN_VEC_BWD_RB><<<blocks, threads, smem, s>>>(
+          dx, part, dy, x, mean, rstd, gamma, rows, C, (int)mode, accumulate);
+    else
+      ln_rows_bwd_vec_kernel<2, LN_VEC_BWD_RB><<<blocks, threads, smem, s>>>(
+          dx, part, dy, x, mean, rstd, gamma, rows, C, (int)mode, accumulate);
+  } else {
+    LN_DISPATCH(V, CG, (ln_rows_bwd_launch<V, CG>(blocks, threads, smem, s, dx, part, dy, x, mean,
+                                                   rstd, gamma, rows, C, (int)mode, accumulate)));
+  }
   MF_CHECK_LAUNCH();
 }
 

@@ -60,6 +60,12 @@ void mf_ln_rows_cuda(__nv_bfloat16 *y, float *mean, float *rstd, const __nv_bflo
                      const __nv_bfloat16 *gamma, const __nv_bfloat16 *beta, int64_t rows,
                      int C, mf_ln_mode mode, int use_saved, cudaStream_t stream);
 
+/* The row kernels of mf_ln_rows_cuda / mf_ln_rows_backward_cuda (and the staging paths
+ * that use them): 1 (default) the vectorised kernels for C = 64, 128, 256 (forward) and
+ * C = 64, 128 (backward) with aligned rows, bit-identical to 0, the generic kernels (every
+ * C); returns the previous variant (variant < 0 only reads it). For tests and the bench. */
+int mf_ln_rows_cuda_set_variant(int variant);
+
 /* Number of partial rows mf_ln_rows_backward_cuda writes for `rows` rows. */
 int mf_ln_rows_backward_parts(int64_t rows);
 
