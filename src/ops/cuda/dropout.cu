@@ -68,7 +68,10 @@ static __global__ void resdrop_kernel(bf16 *__restrict__ z, const bf16 *__restri
  * t / slots (per consecutive i), RD_U rows' loads (128 bytes) issued before any store. Neighbouring
  * threads are neighbouring channel groups, then neighbouring o (ROWWISE: neighbouring rows;
  * COLWISE: rows B apart, so only for C >= 64). The launcher sizes pieces so the grid is one
- * wave of resident blocks. */
+ * wave of resident blocks. Measured (H200, 2026-11-30, bench/evofusion, rows of C = 128,
+ * against resdrop_kernel in the same run; `fwd` adds into z, `bwd` assigns): M = 768² fwd
+ * 0.137 ms (78 % of the copy bandwidth; resdrop_kernel 0.125, 85 %), bwd 0.088 ms (81 %;
+ * 0.106, 67 %); 384²: fwd 0.036 (0.040), bwd 0.031 (0.038). */
 template <int ACC>
 static __global__ void __launch_bounds__(256, 3)
     resdrop_vec_kernel(bf16 *__restrict__ z, const bf16 *__restrict__ x,
