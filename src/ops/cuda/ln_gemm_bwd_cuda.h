@@ -26,7 +26,7 @@
  * 0.94× the speed of the staging + cuBLAS backward on an H200 (ln_gemm_bwd.cu has the
  * numbers), so the ops do NOT use it by default: mf_ln_gemm_bwd_set_variant(1..3) opts in.
  * Configuration 7 (the wgmma kernels, sm_90a) is the default for all three kinds.
- * The light kernel (configurations 4..6; SWIGLU only, not yet timed): the same kernel
+ * The light kernel (configurations 4..6; SWIGLU only; slower than staging but for 6): the same kernel
  * without dy and the LayerNorm backward (a compile-time flag: no dy registers, no
  * reduction buffer, ~40 % fewer FLOPs); it writes y, [da | db] and h, and the caller runs
  * dx̂ = [da | db]·w_ab (cuBLAS, fp32) and the LayerNorm row backward as the staging path
