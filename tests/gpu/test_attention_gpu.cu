@@ -267,6 +267,12 @@ static int same_bytes(const void *a, const void *b, size_t n) {
   return ok;
 }
 
+/* > 0: run_case_mode's first run takes the TMA forward with this setting
+ * (mf_attention_cuda_set_fwd_tma), its second run the cp.async forward, so that the
+ * two-run check compares them bit for bit; and the TMA kernel must have run where it
+ * applies (D = 32, a bias with 16-byte rows). */
+static int g_tma_ab = 0;
+
 static void run_case_mode(const att_case *c, int variant, uint64_t seed, int mode) {
   mf_attention_cuda_set_variant(variant);
   const int B = c->B, R = c->R, H = c->H, N = c->N, D = c->D;
@@ -307,13 +313,22 @@ static void run_case_mode(const att_case *c, int variant, uint64_t seed, int mod
            R, H, N, D, c->bias ? " bias" : "", c->mask ? " mask" : "", c->gate ? " gate" : "",
            mname[mode]);
   gpu_outs g1, g2;
-  if (mode == 0) {
-    run_gpu(&g1, &d, dq_, dk_, dv_, db_, dm_, dg_, ddo);
-    run_gpu(&g2, &d, dq_, dk_, dv_, db_, dm_, dg_, ddo);
-  } else {
-    run_gpu_strided(&g1, &d, mode, q, k, v, db_, dm_, c->gate ? gate : NULL, dout, tag);
-    run_gpu_strided(&g2, &d, mode, q, k, v, db_, dm_, c->gate ? gate : NULL, dout, tag);
+  if (g_tma_ab) {
+    const size_t l = strlen(tag);
+    snprintf(tag + l, sizeof tag - l, " tma%d-vs-cp.async", g_tma_ab);
   }
+  const long tma0 = mf_attention_cuda_fwd_tma_calls();
+  if (g_tma_ab) mf_attention_cuda_set_fwd_tma(g_tma_ab);
+  if (mode == 0) run_gpu(&g1, &d, dq_, dk_, dv_, db_, dm_, dg_, ddo);
+  else run_gpu_strided(&g1, &d, mode, q, k, v, db_, dm_, c->gate ? gate : NULL, dout, tag);
+  if (g_tma_ab) {
+    const int applies = D == 32 && (!c->bias || mode != 0 || N % 8 == 0);
+    MF_TEST(!applies || mf_attention_cuda_fwd_tma_calls() > tma0, "%s: the TMA forward ran", tag);
+    mf_attention_cuda_set_fwd_tma(0);
+  }
+  if (mode == 0) run_gpu(&g2, &d, dq_, dk_, dv_, db_, dm_, dg_, ddo);
+  else run_gpu_strided(&g2, &d, mode, q, k, v, db_, dm_, c->gate ? gate : NULL, dout, tag);
+  if (g_tma_ab) mf_attention_cuda_set_fwd_tma(1);
 
   /* reference, on all rows r or on a subset */
   int nr = c->rsub > 0 && c->rsub < R ? c->rsub : R;
@@ -428,6 +443,11 @@ int main(void) {
     mf_attention_cuda_set_dbias_wg(1); /* the wgmma dbias pass */
     run_case(&a, 0, 33);
     mf_attention_cuda_set_dbias_wg(0);
+    g_tma_ab = 1; /* the TMA forward against the cp.async one */
+    const att_case t = {1, 3, 2, 128, 32, 1, 1, 1, 0};
+    run_case_mode(&t, 0, 34, 0);
+    run_case_mode(&f, 0, 35, 1);
+    g_tma_ab = 0;
     return mf_test_end();
   }
   const int Ns[] = {1, 7, 63, 64, 65, 200, 384};
@@ -533,6 +553,23 @@ int main(void) {
     for (int mode = 1; mode <= 2; mode++)
       for (int i = 0; i < (int)(sizeof sc / sizeof sc[0]); i++)
         run_case_mode(&sc[i].c, sc[i].variant, seed += 100, mode);
+  }
+  /* the TMA forward (fwd_tma_kernel, D = 32) against the cp.async one (fwd_kernel): the
+   * same out and lse bit for bit, hence the same gradients; both register bounds, packed
+   * and strided views (NaN around the strided rows: TMA must read only the view), N from 1
+   * to 200 (partial and single tiles), R in {1, 5, N}, with and without bias, mask (a
+   * fully masked row r) and gate */
+  {
+    const att_case tc[] = {{1, 1, 2, 1, 32, 1, 1, 1, 0},   {2, 5, 2, 7, 32, 1, 1, 0, 0},
+                           {1, 3, 3, 63, 32, 0, 1, 1, 0},  {1, 65, 2, 65, 32, 1, 1, 1, 0},
+                           {1, 4, 2, 128, 32, 1, 0, 1, 0}, {1, 3, 2, 200, 32, 1, 1, 0, 0},
+                           {2, 2, 4, 130, 32, 1, 1, 1, 0}};
+    for (int mode = 0; mode <= 2; mode++)
+      for (int i = 0; i < (int)(sizeof tc / sizeof tc[0]); i++) {
+        g_tma_ab = 1 + (i + mode) % 2;
+        run_case_mode(&tc[i], 0, seed += 100, mode);
+      }
+    g_tma_ab = 0;
   }
   mf_attention_cuda_set_variant(0);
   return mf_test_end();

@@ -129,6 +129,13 @@ void mf_attention_backward_strided_cuda(
  * (sm_90a; tested, measured slower: attention.cu says why); for the tests, the lab and the
  * benchmark. Returns the previous setting. */
 int mf_attention_cuda_set_dbias_wg(int on);
+/* The forward's kernel where D = 32: 1 (default) fwd_tma_kernel, its tiles copied by TMA
+ * (sm_90), when the views allow (strides of 16-byte multiples), 2 the same kernel bounded
+ * at 4 CTAs per SM instead of 5; 0 fwd_kernel (cp.async).
+ * Their out and lse are bit-identical. Returns the previous setting. */
+int mf_attention_cuda_set_fwd_tma(int on);
+/* How many forwards fwd_tma_kernel has run in this process (for the tests). */
+long mf_attention_cuda_fwd_tma_calls(void);
 int mf_attention_cuda_set_variant(int variant);
 
 /* The order in which the forward's CTAs are numbered (what the hardware scheduler runs

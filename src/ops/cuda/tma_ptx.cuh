@@ -1,0 +1,104 @@
+/* tma_ptx.cuh — Hopper's tensor memory accelerator (TMA, cp.async.bulk.tensor) and the
+ * transaction barriers (mbarrier) that its copies complete on, as the few PTX instructions
+ * megafold's kernels use, plus the host side: a tiled tensor map encoded through the
+ * driver's entry point (cudaGetDriverEntryPointByVersion, so nothing links libcuda).
+ * Written by hand (PTX ISA 8.x, "Tensor Copy" and "mbarrier") for the same reason as
+ * wgmma_ptx.cuh: five instructions do not justify CUTLASS/CuTe. Not a public header.
+ *
+ * Swizzled boxes: with CU_TENSOR_MAP_SWIZZLE_64B / _128B the copy permutes the 16-byte
+ * chunks of each row of the box in shared memory: chunk c of the row at byte offset o goes
+ * to c ^ ((o >> 7) & 3) (64B) or c ^ ((o >> 7) & 7) (128B), o counted from a 512- / 1024-
+ * byte aligned base. mf_sw64() / mf_sw128_chunk() (wgmma_ptx.cuh) give those offsets. */
+#ifndef MF_OPS_CUDA_TMA_PTX_CUH
+#define MF_OPS_CUDA_TMA_PTX_CUH
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+#include <stdint.h>
+
+/* Byte offset of the 16-byte chunk ch (0..3) of row r in a box of 64-byte rows written with
+ * the 64-byte swizzle. */
+static __device__ __forceinline__ uint32_t mf_sw64(int r, int ch) {
+  return (uint32_t)(r * 64 + (((ch ^ (r >> 1)) & 3) << 4));
+}
+
+static __device__ __forceinline__ void mf_mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+/* Makes the initialised barriers visible to the async proxy (before a __syncthreads). */
+static __device__ __forceinline__ void mf_mbar_init_fence(void) {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+/* One arrival that also announces `bytes` of copies completing on the barrier. */
+static __device__ __forceinline__ void mf_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+/* Waits until the barrier's phase with this parity has completed. */
+static __device__ __forceinline__ void mf_mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+/* Box of a 5-D / 4-D tensor map at coordinates c (innermost first) → shared address dst;
+ * completes `box bytes` of transactions on bar. Out-of-range elements are written as 0. */
+static __device__ __forceinline__ void mf_tma_load_5d(uint32_t dst, const CUtensorMap *map, int c0,
+                                                      int c1, int c2, int c3, int c4, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(dst),
+      "l"((uint64_t)(uintptr_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
+      : "memory");
+}
+static __device__ __forceinline__ void mf_tma_load_4d(uint32_t dst, const CUtensorMap *map,
+                                                      int c0, int c1, int c2, int c3, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"((uint64_t)(uintptr_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
+/* Host: the driver's cuTensorMapEncodeTiled, or NULL where the driver has none. */
+static inline PFN_cuTensorMapEncodeTiled_v12000 mf_tma_encoder(void) {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
+  static int tried = 0;
+  if (!tried) {
+    void *p = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+            cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+    else
+      (void)cudaGetLastError();
+    tried = 1;
+  }
+  return fn;
+}
+
+/* Host: a bf16 tensor map of `rank` dims (dims innermost first, strides in bytes of dims
+ * 1..rank-1, box sizes), zero fill out of range. Returns 0 on success, -1 when the driver
+ * refuses the shape (callers then take a path without TMA). */
+static inline int mf_tma_encode_bf16(CUtensorMap *map, const void *base, int rank,
+                                     const uint64_t *dims, const uint64_t *strides,
+                                     const uint32_t *box, CUtensorMapSwizzle swizzle) {
+  PFN_cuTensorMapEncodeTiled_v12000 enc = mf_tma_encoder();
+  if (!enc) return -1;
+  const cuuint32_t ones[5] = {1, 1, 1, 1, 1};
+  const CUresult r = enc(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, (cuuint32_t)rank, const_cast<void *>(base),
+                         (const cuuint64_t *)dims, (const cuuint64_t *)strides, (const cuuint32_t *)box,
+                         ones, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                         CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? 0 : -1;
+}
+
+#endif
