@@ -179,8 +179,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--json")) json = argv[i + 1];
     else if (!strcmp(argv[i], "--once")) g_once = atoi(argv[i + 1]);
   }
-  /* MF_ATT_FWD_TMA=0|1|2: the forward's kernel (mf_attention_cuda_set_fwd_tma), for A/B runs */
-  if (getenv("MF_ATT_FWD_TMA")) mf_attention_cuda_set_fwd_tma(atoi(getenv("MF_ATT_FWD_TMA")));
+  /* MF_ATT_TMA=mask: the TMA kernels (mf_attention_cuda_set_tma), for A/B runs */
+  if (getenv("MF_ATT_TMA")) mf_attention_cuda_set_tma(atoi(getenv("MF_ATT_TMA")));
   cudaDeviceProp prop;
   MF_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);

@@ -267,10 +267,10 @@ static int same_bytes(const void *a, const void *b, size_t n) {
   return ok;
 }
 
-/* > 0: run_case_mode's first run takes the TMA forward with this setting
- * (mf_attention_cuda_set_fwd_tma), its second run the cp.async forward, so that the
- * two-run check compares them bit for bit; and the TMA kernel must have run where it
- * applies (D = 32, a bias with 16-byte rows). */
+/* > 0: run_case_mode's first run takes the TMA kernels of this mask
+ * (mf_attention_cuda_set_tma), its second run the cp.async kernels, so that the two-run
+ * check compares them bit for bit; and the TMA kernels must have run where they apply
+ * (D = 32; the forward: a bias with 16-byte rows; the dbias pass: a bias and R > 1). */
 static int g_tma_ab = 0;
 
 static void run_case_mode(const att_case *c, int variant, uint64_t seed, int mode) {
@@ -317,18 +317,21 @@ static void run_case_mode(const att_case *c, int variant, uint64_t seed, int mod
     const size_t l = strlen(tag);
     snprintf(tag + l, sizeof tag - l, " tma%d-vs-cp.async", g_tma_ab);
   }
-  const long tma0 = mf_attention_cuda_fwd_tma_calls();
-  if (g_tma_ab) mf_attention_cuda_set_fwd_tma(g_tma_ab);
+  const long tma0 = mf_attention_cuda_tma_calls();
+  const int tma_def = mf_attention_cuda_set_tma(g_tma_ab ? g_tma_ab : -1);
+  if (!g_tma_ab) mf_attention_cuda_set_tma(tma_def);
   if (mode == 0) run_gpu(&g1, &d, dq_, dk_, dv_, db_, dm_, dg_, ddo);
   else run_gpu_strided(&g1, &d, mode, q, k, v, db_, dm_, c->gate ? gate : NULL, dout, tag);
   if (g_tma_ab) {
-    const int applies = D == 32 && (!c->bias || mode != 0 || N % 8 == 0);
-    MF_TEST(!applies || mf_attention_cuda_fwd_tma_calls() > tma0, "%s: the TMA forward ran", tag);
-    mf_attention_cuda_set_fwd_tma(0);
+    const long want = (D == 32 && (g_tma_ab & MF_ATT_TMA_FWD) && (!c->bias || mode != 0 || N % 8 == 0)) +
+                      (D == 32 && (g_tma_ab & MF_ATT_TMA_DBIAS) && c->bias && R > 1);
+    MF_TEST(mf_attention_cuda_tma_calls() - tma0 >= want, "%s: the TMA kernels ran (%ld of %ld)", tag,
+            mf_attention_cuda_tma_calls() - tma0, want);
+    mf_attention_cuda_set_tma(0);
   }
   if (mode == 0) run_gpu(&g2, &d, dq_, dk_, dv_, db_, dm_, dg_, ddo);
   else run_gpu_strided(&g2, &d, mode, q, k, v, db_, dm_, c->gate ? gate : NULL, dout, tag);
-  if (g_tma_ab) mf_attention_cuda_set_fwd_tma(1);
+  mf_attention_cuda_set_tma(tma_def);
 
   /* reference, on all rows r or on a subset */
   int nr = c->rsub > 0 && c->rsub < R ? c->rsub : R;
@@ -443,7 +446,7 @@ int main(void) {
     mf_attention_cuda_set_dbias_wg(1); /* the wgmma dbias pass */
     run_case(&a, 0, 33);
     mf_attention_cuda_set_dbias_wg(0);
-    g_tma_ab = 1; /* the TMA forward against the cp.async one */
+    g_tma_ab = MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS; /* TMA against cp.async */
     const att_case t = {1, 3, 2, 128, 32, 1, 1, 1, 0};
     run_case_mode(&t, 0, 34, 0);
     run_case_mode(&f, 0, 35, 1);
@@ -554,8 +557,9 @@ int main(void) {
       for (int i = 0; i < (int)(sizeof sc / sizeof sc[0]); i++)
         run_case_mode(&sc[i].c, sc[i].variant, seed += 100, mode);
   }
-  /* the TMA forward (fwd_tma_kernel, D = 32) against the cp.async one (fwd_kernel): the
-   * same out and lse bit for bit, hence the same gradients; both register bounds, packed
+  /* the TMA kernels (D = 32: fwd_tma_kernel, dbias_tma_kernel) against the cp.async ones
+   * (fwd_kernel, dbias_kernel): the same out, lse and gradients bit for bit; the forward
+   * alone in both register bounds, then with the dbias pass; packed
    * and strided views (NaN around the strided rows: TMA must read only the view), N from 1
    * to 200 (partial and single tiles), R in {1, 5, N}, with and without bias, mask (a
    * fully masked row r) and gate */
@@ -566,7 +570,9 @@ int main(void) {
                            {2, 2, 4, 130, 32, 1, 1, 1, 0}};
     for (int mode = 0; mode <= 2; mode++)
       for (int i = 0; i < (int)(sizeof tc / sizeof tc[0]); i++) {
-        g_tma_ab = 1 + (i + mode) % 2;
+        static const int masks[3] = {MF_ATT_TMA_FWD, MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS,
+                                     MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS};
+        g_tma_ab = masks[(i + mode) % 3];
         run_case_mode(&tc[i], 0, seed += 100, mode);
       }
     g_tma_ab = 0;

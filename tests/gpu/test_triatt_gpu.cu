@@ -409,9 +409,9 @@ int main(void) {
   /* MF_ATT_DBIAS_WG=0|1: the dbias pass's kernel the timings run (mf_attention_cuda_set_dbias_wg) */
   if (getenv("MF_ATT_DBIAS_WG") && getenv("MF_TRIATT_BENCH_ONLY"))
     mf_attention_cuda_set_dbias_wg(atoi(getenv("MF_ATT_DBIAS_WG")));
-  /* MF_ATT_FWD_TMA=0|1|2: the forward's kernel the timings run (mf_attention_cuda_set_fwd_tma) */
-  if (getenv("MF_ATT_FWD_TMA") && getenv("MF_TRIATT_BENCH_ONLY"))
-    mf_attention_cuda_set_fwd_tma(atoi(getenv("MF_ATT_FWD_TMA")));
+  /* MF_ATT_TMA=mask: the TMA kernels the timings run (mf_attention_cuda_set_tma) */
+  if (getenv("MF_ATT_TMA") && getenv("MF_TRIATT_BENCH_ONLY"))
+    mf_attention_cuda_set_tma(atoi(getenv("MF_ATT_TMA")));
   if (getenv("MF_TRIATT_BENCH_N")) { /* e.g. "2048,3072": the sizes to time */
     for (const char *c = getenv("MF_TRIATT_BENCH_N"); *c;) {
       char *end;

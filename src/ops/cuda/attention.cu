@@ -320,33 +320,64 @@ __device__ __forceinline__ bool all_valid(const uint8_t *s) {
 }
 #define ATT_MS (ATT_BK + 16) /* bytes of one stage of load_mask() */
 
-/* A fragments of this warp's 16 rows of a (64, DP+8) tile: f[kk] covers cols 16kk..16kk+15. */
-template <int DP, bool MMA>
-__device__ __forceinline__ void load_a_frags(uint32_t f[DP / 16][4], const bf16 *s, int warp) {
+/* Views of a tile in shared memory for the fragment loaders: ptr(row, ch) = the 16-byte
+ * chunk ch (8 bf16) of row `row`. tv_pitch: rows PITCH elements apart (the cp.async
+ * tiles: (64, DP+8), bias (BQ, ATT_BP)); tv_sw64 / tv_sw128: the boxes that TMA writes with
+ * the 64- / 128-byte swizzle (64- / 128-byte rows, tma_ptx.cuh), based on 512 / 1024 bytes. */
+template <int PITCH>
+struct tv_pitch {
+  const bf16 *p;
+  __device__ __forceinline__ const bf16 *ptr(int row, int ch) const { return p + row * PITCH + ch * 8; }
+};
+struct tv_sw64 {
+  const bf16 *p;
+  __device__ __forceinline__ const bf16 *ptr(int row, int ch) const { return p + (mf_sw64(row, ch) >> 1); }
+};
+struct tv_sw128 {
+  const bf16 *p;
+  __device__ __forceinline__ const bf16 *ptr(int row, int ch) const {
+    return p + (mf_sw128_chunk(row, ch) >> 1);
+  }
+};
+template <int DP>
+using tv_tile = tv_pitch<DP + 8>;
+using tv_bias = tv_pitch<ATT_BP>;
+
+/* A fragments of this warp's 16 rows of a (64, DP) tile: f[kk] covers cols 16kk..16kk+15. */
+template <int DP, bool MMA, class TV>
+__device__ __forceinline__ void load_a_frags_v(uint32_t f[DP / 16][4], const TV &s, int warp) {
   const int lane = threadIdx.x % MF_WARP_SIZE;
 #pragma unroll
   for (int kk = 0; kk < DP / 16; kk++)
-    ldsm_x4<MMA, false>(f[kk], s + (warp * 16 + (lane % 16)) * (DP + 8) + kk * 16 + (lane / 16) * 8);
+    ldsm_x4<MMA, false>(f[kk], s.ptr(warp * 16 + (lane % 16), kk * 2 + lane / 16));
+}
+template <int DP, bool MMA>
+__device__ __forceinline__ void load_a_frags(uint32_t f[DP / 16][4], const bf16 *s, int warp) {
+  load_a_frags_v<DP, MMA>(f, tv_tile<DP>{s}, warp);
 }
 
-/* acc (16, 64) += A (16, DP) · Mᵀ where M is a (64, DP+8) tile (rows = the n index). */
-template <int DP, bool MMA>
-__device__ __forceinline__ void mm_abt(float acc[8][4], const uint32_t a[DP / 16][4], const bf16 *m) {
+/* acc (16, 64) += A (16, DP) · Mᵀ where M is a (64, DP) tile (rows = the n index). */
+template <int DP, bool MMA, class TV>
+__device__ __forceinline__ void mm_abt_v(float acc[8][4], const uint32_t a[DP / 16][4], const TV &m) {
   const int lane = threadIdx.x % MF_WARP_SIZE, i = lane / 8;
 #pragma unroll
   for (int kk = 0; kk < DP / 16; kk++)
 #pragma unroll
     for (int n2 = 0; n2 < 4; n2++) {
       uint32_t b[4];
-      ldsm_x4<MMA, false>(b, m + (n2 * 16 + (i / 2) * 8 + lane % 8) * (DP + 8) + kk * 16 + (i % 2) * 8);
+      ldsm_x4<MMA, false>(b, m.ptr(n2 * 16 + (i / 2) * 8 + lane % 8, kk * 2 + i % 2));
       mma_16816<MMA>(acc[2 * n2], a[kk], b[0], b[1]);
       mma_16816<MMA>(acc[2 * n2 + 1], a[kk], b[2], b[3]);
     }
 }
-
-/* acc (16, DP) += P (16, 64; C fragments, rounded to bf16 here) · M, M a (64, DP+8) tile. */
 template <int DP, bool MMA>
-__device__ __forceinline__ void mm_pm(float acc[DP / 8][4], const float p[8][4], const bf16 *m) {
+__device__ __forceinline__ void mm_abt(float acc[8][4], const uint32_t a[DP / 16][4], const bf16 *m) {
+  mm_abt_v<DP, MMA>(acc, a, tv_tile<DP>{m});
+}
+
+/* acc (16, DP) += P (16, 64; C fragments, rounded to bf16 here) · M, M a (64, DP) tile. */
+template <int DP, bool MMA, class TV>
+__device__ __forceinline__ void mm_pm_v(float acc[DP / 8][4], const float p[8][4], const TV &m) {
   const int lane = threadIdx.x % MF_WARP_SIZE, i = lane / 8;
 #pragma unroll
   for (int j = 0; j < 4; j++) {
@@ -358,11 +389,15 @@ __device__ __forceinline__ void mm_pm(float acc[DP / 8][4], const float p[8][4],
 #pragma unroll
     for (int n2 = 0; n2 < DP / 16; n2++) {
       uint32_t b[4];
-      ldsm_x4<MMA, true>(b, m + (j * 16 + (i % 2) * 8 + lane % 8) * (DP + 8) + n2 * 16 + (i / 2) * 8);
+      ldsm_x4<MMA, true>(b, m.ptr(j * 16 + (i % 2) * 8 + lane % 8, n2 * 2 + i / 2));
       mma_16816<MMA>(acc[2 * n2], a, b[0], b[1]);
       mma_16816<MMA>(acc[2 * n2 + 1], a, b[2], b[3]);
     }
   }
+}
+template <int DP, bool MMA>
+__device__ __forceinline__ void mm_pm(float acc[DP / 8][4], const float p[8][4], const bf16 *m) {
+  mm_pm_v<DP, MMA>(acc, p, tv_tile<DP>{m});
 }
 
 /* lse in the exp2 domain; an empty row (lse = -inf) becomes +inf so that P = 0. */
@@ -422,15 +457,15 @@ __device__ __forceinline__ int64_t vofs(const mf_attn_stride &s, int b, int r, i
 /* Logits of this warp's (16 rows, 64 keys) tile, in place: s ← scale·s + bias, or -inf
  * for a masked key (MASKED only); mx0, mx1 get
  * the maxima of rows g and g+8 over this thread's columns. bs: (BQ, BK) bias tile. */
-template <bool MASKED, bool MMA>
-__device__ __forceinline__ void logits(float s[8][4], const bf16 *bs, const uint8_t *ms,
+template <bool MASKED, bool MMA, class TV = tv_bias>
+__device__ __forceinline__ void logits(float s[8][4], const TV &bs, const uint8_t *ms,
                                        float scale, int warp, float &mx0, float &mx1) {
   const int lane = threadIdx.x % MF_WARP_SIZE, t = lane & 3, i = lane / 8;
 #pragma unroll
   for (int nb = 0; nb < 8; nb += 2) {
     /* bias in C-fragment layout, two n-blocks per ldmatrix: r0, r1 rows g, g+8 of nb */
     uint32_t bb[4];
-    ldsm_x4<MMA, false>(bb, bs + (warp * 16 + (i % 2) * 8 + lane % 8) * ATT_BP + (nb + i / 2) * 8);
+    ldsm_x4<MMA, false>(bb, bs.ptr(warp * 16 + (i % 2) * 8 + lane % 8, nb + i / 2));
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       const int n = nb + h, col = n * 8 + 2 * t;
@@ -593,8 +628,8 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
     mm_abt<DP, MMA>(s, qf, ks);
 
     float mx0 = -INFINITY, mx1 = -INFINITY;
-    if (all_valid(ms)) logits<false, MMA>(s, bs, ms, p.scale, warp, mx0, mx1);
-    else logits<true, MMA>(s, bs, ms, p.scale, warp, mx0, mx1);
+    if (all_valid(ms)) logits<false, MMA>(s, tv_bias{bs}, ms, p.scale, warp, mx0, mx1);
+    else logits<true, MMA>(s, tv_bias{bs}, ms, p.scale, warp, mx0, mx1);
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
@@ -685,8 +720,8 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
  * (row, h, r, b) of a view: pos[i] = the map dimension (1..4) of logical coordinate i (the
  * host sorts a view's dimensions by stride). */
 typedef struct {
-  CUtensorMap q, k, v, bias;
-  int pq[4], pk[4], pv[4];
+  CUtensorMap q, k, v, bias, dO; /* bias: the forward's; dO: the backward's (p.dO, p.sdO) */
+  int pq[4], pk[4], pv[4], pd[4];
 } att_tmaps;
 
 /* Copies the (row, h, r, b) box of a view map into shared address dst, completing on fb. */
@@ -697,33 +732,6 @@ __device__ __forceinline__ void tma_view(uint32_t dst, const CUtensorMap *map, c
   for (int i = 0; i < 4; i++)
     c[i] = pos[0] == i + 1 ? row : pos[1] == i + 1 ? h : pos[2] == i + 1 ? r : b;
   mf_tma_load_5d(dst, map, 0, c[0], c[1], c[2], c[3], fb);
-}
-
-/* fwd_kernel's logits() on a 128-byte-swizzled bias tile at shared address bsa. */
-template <bool MASKED>
-__device__ __forceinline__ void logits_sw(float s[8][4], uint32_t bsa, const uint8_t *ms, float scale,
-                                          int warp, float &mx0, float &mx1) {
-  const int lane = threadIdx.x % MF_WARP_SIZE, t = lane & 3, i = lane / 8;
-#pragma unroll
-  for (int nb = 0; nb < 8; nb += 2) {
-    uint32_t bb[4];
-    mf_ldsm_x4(bb, bsa + mf_sw128_chunk(warp * 16 + (i % 2) * 8 + lane % 8, nb + i / 2));
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int n = nb + h, col = n * 8 + 2 * t;
-      s[n][0] = fmaf(s[n][0], scale, lo_f(bb[2 * h]));
-      s[n][1] = fmaf(s[n][1], scale, hi_f(bb[2 * h]));
-      s[n][2] = fmaf(s[n][2], scale, lo_f(bb[2 * h + 1]));
-      s[n][3] = fmaf(s[n][3], scale, hi_f(bb[2 * h + 1]));
-      if (MASKED) {
-        const unsigned short mk = *reinterpret_cast<const unsigned short *>(ms + col);
-        if (!(mk & 0xff)) s[n][0] = s[n][2] = -INFINITY;
-        if (!(mk >> 8)) s[n][1] = s[n][3] = -INFINITY;
-      }
-      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-    }
-  }
 }
 
 template <int MINB>
@@ -773,9 +781,7 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
   __syncthreads(); /* the first stage's mask flags */
   mf_mbar_wait(bar, 0);
   uint32_t qf[2][4];
-#pragma unroll
-  for (int kk = 0; kk < 2; kk++)
-    mf_ldsm_x4(qf[kk], qa + mf_sw64(warp * 16 + (lane % 16), kk * 2 + lane / 16));
+  load_a_frags_v<32, true>(qf, tv_sw64{reinterpret_cast<const bf16 *>(sb + 2 * TMA_STAGE)}, warp);
 
   float o[4][4];
 #pragma unroll
@@ -783,7 +789,6 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
   const bool gate_smem = p.gate != NULL && nkb > 0;
   const bf16 *gg = p.gate ? p.gate + vofs(p.sg, b, r, h) : NULL;
-  const int ki = lane / 8;
   for (int it = 0; it < nkb; it++) {
     const int st = it & 1;
     if (it + 1 < nkb) {
@@ -798,25 +803,18 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
       cp_async_commit<true>();
     }
     mf_mbar_wait(bar + 8 + 8 * st, (uint32_t)(it >> 1) & 1u);
-    const uint32_t ka = base + st * TMA_STAGE, va = ka + TMA_KV, ba = ka + 2 * TMA_KV;
+    const bf16 *ks = reinterpret_cast<const bf16 *>(sb + st * TMA_STAGE), *vs = ks + TMA_KV / 2;
+    const tv_sw128 bs{ks + TMA_KV};
     const uint8_t *ms = Ms + st * ATT_MS;
 
     float s[8][4];
 #pragma unroll
     for (int i = 0; i < 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < 2; kk++)
-#pragma unroll
-      for (int n2 = 0; n2 < 4; n2++) {
-        uint32_t bf[4];
-        mf_ldsm_x4(bf, ka + mf_sw64(n2 * 16 + (ki / 2) * 8 + lane % 8, kk * 2 + ki % 2));
-        mma_sm80(s[2 * n2], qf[kk], bf[0], bf[1]);
-        mma_sm80(s[2 * n2 + 1], qf[kk], bf[2], bf[3]);
-      }
+    mm_abt_v<32, true>(s, qf, tv_sw64{ks});
 
     float mx0 = -INFINITY, mx1 = -INFINITY;
-    if (all_valid(ms)) logits_sw<false>(s, ba, ms, p.scale, warp, mx0, mx1);
-    else logits_sw<true>(s, ba, ms, p.scale, warp, mx0, mx1);
+    if (all_valid(ms)) logits<false, true>(s, bs, ms, p.scale, warp, mx0, mx1);
+    else logits<true, true>(s, bs, ms, p.scale, warp, mx0, mx1);
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
@@ -844,21 +842,7 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
       o[i][0] *= al0; o[i][1] *= al0;
       o[i][2] *= al1; o[i][3] *= al1;
     }
-#pragma unroll
-    for (int j = 0; j < 4; j++) { /* o += P · V, P rounded to bf16 (mm_pm) */
-      uint32_t a[4];
-      a[0] = pack_bf16x2(s[2 * j][0], s[2 * j][1]);
-      a[1] = pack_bf16x2(s[2 * j][2], s[2 * j][3]);
-      a[2] = pack_bf16x2(s[2 * j + 1][0], s[2 * j + 1][1]);
-      a[3] = pack_bf16x2(s[2 * j + 1][2], s[2 * j + 1][3]);
-#pragma unroll
-      for (int n2 = 0; n2 < 2; n2++) {
-        uint32_t bf[4];
-        mf_ldsm_x4_t(bf, va + mf_sw64(j * 16 + (ki % 2) * 8 + lane % 8, n2 * 2 + ki / 2));
-        mma_sm80(o[2 * n2], a, bf[0], bf[1]);
-        mma_sm80(o[2 * n2 + 1], a, bf[2], bf[3]);
-      }
-    }
+    mm_pm_v<32, true>(o, s, tv_sw64{vs});
     __syncthreads(); /* the stage is refilled by the next iteration's copies */
   }
 
@@ -966,16 +950,16 @@ __global__ void prep_kernel(float *ld, bf16 *dO, bf16 *dgate, const bf16 *dout, 
  * (A fragments) and the (64, DP+8) tiles M, N: the S and dP products (dq_kernel,
  * dbias_kernel: A = Q, B = dO, M = K, N = V) or their transposes (dkdv_kernel,
  * fused_kernel: A = K, B = V, M = Q, N = dO). */
-template <int DP, bool MMA>
+template <int DP, bool MMA, class TV = tv_tile<DP>>
 __device__ __forceinline__ void s_dp_products(float s[8][4], float dp[8][4],
-                                              const uint32_t a[DP / 16][4], const bf16 *m,
-                                              const uint32_t b[DP / 16][4], const bf16 *n) {
+                                              const uint32_t a[DP / 16][4], const TV &m,
+                                              const uint32_t b[DP / 16][4], const TV &n) {
 #pragma unroll
   for (int i = 0; i < 8; i++)
 #pragma unroll
     for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.f;
-  mm_abt<DP, MMA>(s, a, m);
-  mm_abt<DP, MMA>(dp, b, n);
+  mm_abt_v<DP, MMA>(s, a, m);
+  mm_abt_v<DP, MMA>(dp, b, n);
 }
 
 /* The backward's per-row inputs of slab brh, written by prep_kernel: lse·log2e at
@@ -1044,15 +1028,15 @@ __device__ __forceinline__ void key_tile_start(uint32_t kf[DP / 16][4], uint32_t
  * fragments by ldmatrix.trans of the (queries, keys) tile bs, two n-blocks per
  * instruction); ls, ds: the tile's lse·log2e and Di. STORE: dSᵀ also as bf16 into St
  * (keys, queries; pitch SP), rows of this warp's keys, for the dQ products. */
-template <bool MMA, bool STORE>
-__device__ __forceinline__ void pt_dst_tile(float s[8][4], float dp[8][4], const bf16 *bs,
+template <bool MMA, bool STORE, class TV = tv_bias>
+__device__ __forceinline__ void pt_dst_tile(float s[8][4], float dp[8][4], const TV &bs,
                                             const float *ls, const float *ds, bool kv0, bool kv1,
                                             float scale, bf16 *St, int SP, int warp) {
   const int lane = threadIdx.x % MF_WARP_SIZE, gq = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int nb = 0; nb < 8; nb += 2) {
     uint32_t bb[4];
-    ldsm_x4<MMA, true>(bb, bs + ((nb + lane / 16) * 8 + lane % 8) * ATT_BP + warp * 16 + ((lane / 8) % 2) * 8);
+    ldsm_x4<MMA, true>(bb, bs.ptr((nb + lane / 16) * 8 + lane % 8, warp * 2 + (lane / 8) % 2));
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
       const int n = nb + hh, qc = n * 8 + 2 * t;
@@ -1143,8 +1127,8 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
     const float *ls = Ls + st * ATT_BQ, *ds = Ds + st * ATT_BQ;
 
     float s[8][4], dp[8][4];
-    s_dp_products<DP, MMA>(s, dp, kf, qs, vf, dos); /* Sᵀ = K·Qᵀ (16 keys, 64 queries), dPᵀ = V·dOᵀ */
-    pt_dst_tile<MMA, false>(s, dp, bs, ls, ds, kv0, kv1, p.scale, NULL, 0, warp);
+    s_dp_products<DP, MMA>(s, dp, kf, tv_tile<DP>{qs}, vf, tv_tile<DP>{dos}); /* Sᵀ = K·Qᵀ (16 keys, 64 queries), dPᵀ = V·dOᵀ */
+    pt_dst_tile<MMA, false>(s, dp, tv_bias{bs}, ls, ds, kv0, kv1, p.scale, NULL, 0, warp);
     mm_pm<DP, MMA>(dv, s, dos);  /* dV += Pᵀ·dO */
     mm_pm<DP, MMA>(dk, dp, qs);  /* dK += dSᵀ·Q */
     __syncthreads();
@@ -1157,8 +1141,8 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
  * Shared by dq_kernel and dbias_kernel: for this warp's 16 queries and a 64-key tile,
  * ds = dS = P ⊙ (dP − Di) with P = exp(S − lse) (0 for masked keys and padded rows);
  * s gets P. lse0/lse1 in the exp2 domain (+inf for rows that must give P = 0). */
-template <bool MMA>
-__device__ __forceinline__ void make_ds(float s[8][4], float dp[8][4], const bf16 *bs,
+template <bool MMA, class TV = tv_bias>
+__device__ __forceinline__ void make_ds(float s[8][4], float dp[8][4], const TV &bs,
                                         const uint8_t *ms, float lse0, float lse1, float di0,
                                         float di1, float scale, int warp) {
   float mx0 = 0.f, mx1 = 0.f; /* unused */
@@ -1257,8 +1241,8 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_bwd(MMA, DP, GR * 
     const uint8_t *ms = Ms + st * ATT_MS;
 
     float s[8][4], dp[8][4];
-    s_dp_products<DP, MMA>(s, dp, qf, ks, dof, vs); /* S = Q·Kᵀ, dP = dO·Vᵀ */
-    make_ds<MMA>(s, dp, bs, ms, lse0, lse1, di0, di1, p.scale, warp);
+    s_dp_products<DP, MMA>(s, dp, qf, tv_tile<DP>{ks}, dof, tv_tile<DP>{vs}); /* S = Q·Kᵀ, dP = dO·Vᵀ */
+    make_ds<MMA>(s, dp, tv_bias{bs}, ms, lse0, lse1, di0, di1, p.scale, warp);
     if (DBIAS && act) { /* R = 1: dbias = dS, each element written once */
       bf16 *db = p.dbias + ((int64_t)b * p.H + h) * Q * p.bl;
       const int kbase = it * ATT_BK;
@@ -1379,13 +1363,101 @@ __global__ void __launch_bounds__(ATT_THREADS * GQ * GK, minb_bwd(MMA, DP, GQ * 
     const int rl0 = warp * 16 + gq, rl1 = rl0 + 8;
     const float *ls = Ls + st * ATT_BQ, *ds = Ds + st * ATT_BQ;
     float s[8][4], dp[8][4];
-    s_dp_products<DP, MMA>(s, dp, qf, Ks + st * TILE, dof, Vs + st * TILE);
-    make_ds<MMA>(s, dp, Bs, Ms + st * ATT_MS, ls[rl0], ls[rl1], ds[rl0], ds[rl1], p.scale, warp);
+    s_dp_products<DP, MMA>(s, dp, qf, tv_tile<DP>{Ks + st * TILE}, dof, tv_tile<DP>{Vs + st * TILE});
+    make_ds<MMA>(s, dp, tv_bias{Bs}, Ms + st * ATT_MS, ls[rl0], ls[rl1], ds[rl0], ds[rl1], p.scale, warp);
 #pragma unroll
     for (int i = 0; i < 8; i++)
 #pragma unroll
       for (int e = 0; e < 4; e++) acc[i][e] += dp[i][e];
     __syncthreads();
+  }
+  dbias_store(p, acc, sp, b, h, q0, k0, warp);
+}
+
+/* ------------------------------------------------------------------------------------
+ * dbias_kernel<32, true, 1, 1> with TMA copies (dbias_tma_kernel; the default where D = 32
+ * and the views allow, README step 13): per row r one thread issues the Q, dO, K, V boxes
+ * (64-byte swizzle) and the lse·log2e and Di rows (bulk copies) of the next row onto the
+ * stage's transaction barrier; the bias tile, loaded once, stays in the cp.async layout.
+ * Same arithmetic and order as dbias_kernel: bit-identical dbias. Stage: Q | dO | K | V
+ * (4 KB each) | lse·log2e | Di (256 B each). */
+#define TD_STAGE 17408 /* 4·4096 + 512, rounded up to 1 KB */
+#define TD_SMEM (2 * TD_STAGE + ATT_BQ * ATT_BP * 2 + 2 * ATT_MS + 2 * 8 + 1024)
+
+__global__ void __launch_bounds__(ATT_THREADS, 4) dbias_tma_kernel(att_params p, const __grid_constant__ att_tmaps tm) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t raw = mf_smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
+  unsigned char *sb = smem_raw + (base - raw);
+  bf16 *Bs = reinterpret_cast<bf16 *>(sb + 2 * TD_STAGE);
+  uint8_t *Ms = sb + 2 * TD_STAGE + ATT_BQ * ATT_BP * 2; /* [2][ATT_MS] */
+  const uint32_t bar = (base + 2 * TD_STAGE + ATT_BQ * ATT_BP * 2 + 2 * ATT_MS + 7u) & ~7u;
+
+  int64_t idx = blockIdx.x;
+  const int64_t per = (int64_t)p.B * p.H * p.nqb * p.nkb; /* CTAs per range of rows */
+  const int sp = (int)(idx / per);
+  idx %= per;
+  const int kb = (int)(idx % p.nkb); idx /= p.nkb;
+  const int qb = (int)(idx % p.nqb); idx /= p.nqb;
+  const int h = (int)(idx % p.H), b = (int)(idx / p.H);
+  const int Q = p.Q, K = p.K, q0 = qb * ATT_BQ, k0 = kb * ATT_BK, R = p.R, tid = threadIdx.x;
+  const bf16 *bg = p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0) * p.bl + k0 : NULL;
+  const int warp = tid / MF_WARP_SIZE, lane = tid % MF_WARP_SIZE, gq = lane >> 2;
+  const bias_plan bp(p.bl);
+  auto mfetch = [&](int r) {
+    return mask_fetch(p.mask ? p.mask + ((int64_t)b * R + r) * K : NULL, k0, K);
+  };
+  auto issue = [&](int r, int s) { /* thread 0: stage s ← row r's tiles */
+    const uint32_t dst = base + s * TD_STAGE, fb = bar + 8 * s;
+    const float *ldg = slab_ld(p, ((int64_t)b * R + r) * p.H + h);
+    mf_mbar_expect_tx(fb, 4 * TMA_KV + 2 * ATT_BQ * 4);
+    tma_view(dst, &tm.q, tm.pq, q0, h, r, b, fb);
+    tma_view(dst + TMA_KV, &tm.dO, tm.pd, q0, h, r, b, fb);
+    tma_view(dst + 2 * TMA_KV, &tm.k, tm.pk, k0, h, r, b, fb);
+    tma_view(dst + 3 * TMA_KV, &tm.v, tm.pv, k0, h, r, b, fb);
+    mf_bulk_load(dst + 4 * TMA_KV, ldg + q0, ATT_BQ * 4, fb);
+    mf_bulk_load(dst + 4 * TMA_KV + ATT_BQ * 4, ldg + p.nqb * ATT_BQ + q0, ATT_BQ * 4, fb);
+  };
+
+  /* rows [rb, re) of range sp (all rows when rs = 1), in order */
+  const int rb = (int)((int64_t)sp * R / p.rs), re = (int)((int64_t)(sp + 1) * R / p.rs);
+  if (tid == 0) {
+    mf_mbar_init(bar, 1);
+    mf_mbar_init(bar + 8, 1);
+    mf_mbar_init_fence();
+  }
+  bp.template load<true>(Bs, bg, Q - q0, K - k0);
+  cp_async_commit<true>();
+  __syncthreads(); /* the barriers */
+  if (tid == 0 && rb < re) issue(rb, 0);
+  if (rb < re) mask_put(Ms, mfetch(rb));
+  uint32_t mnext = rb + 1 < re ? mfetch(rb + 1) : 0u;
+  cp_async_wait<true, 0>();
+  __syncthreads(); /* the bias tile and the first row's mask flags */
+  float acc[8][4];
+#pragma unroll
+  for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  const int rl0 = warp * 16 + gq, rl1 = rl0 + 8;
+  for (int r = rb; r < re; r++) {
+    const int st = (r - rb) & 1;
+    if (r + 1 < re) {
+      if (tid == 0) issue(r + 1, st ^ 1);
+      mask_put(Ms + (st ^ 1) * ATT_MS, mnext);
+      if (r + 2 < re) mnext = mfetch(r + 2);
+    }
+    mf_mbar_wait(bar + 8 * st, (uint32_t)((r - rb) >> 1) & 1u);
+    const bf16 *t0 = reinterpret_cast<const bf16 *>(sb + st * TD_STAGE); /* Q, dO, K, V */
+    const float *ls = reinterpret_cast<const float *>(sb + st * TD_STAGE + 4 * TMA_KV), *ds = ls + ATT_BQ;
+    uint32_t qf[2][4], dof[2][4];
+    load_a_frags_v<32, true>(qf, tv_sw64{t0}, warp);
+    load_a_frags_v<32, true>(dof, tv_sw64{t0 + TMA_KV / 2}, warp);
+    float s[8][4], dp[8][4];
+    s_dp_products<32, true>(s, dp, qf, tv_sw64{t0 + TMA_KV}, dof, tv_sw64{t0 + 3 * TMA_KV / 2});
+    make_ds<true>(s, dp, tv_bias{Bs}, Ms + st * ATT_MS, ls[rl0], ls[rl1], ds[rl0], ds[rl1], p.scale, warp);
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[i][e] += dp[i][e];
+    __syncthreads(); /* the stage is refilled next */
   }
   dbias_store(p, acc, sp, b, h, q0, k0, warp);
 }
@@ -1497,7 +1569,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 4) dbias_wg_kernel(att_params p) 
     mf_wg_pin(dpf);
     const int rl0 = warp * 16 + gq, rl1 = rl0 + 8;
     const float *ls = Ls + st * ATT_BQ, *ds = Ds + st * ATT_BQ;
-    make_ds<true>(s, dp, Bs, Ms + st * ATT_MS, ls[rl0], ls[rl1], ds[rl0], ds[rl1], p.scale, warp);
+    make_ds<true>(s, dp, tv_bias{Bs}, Ms + st * ATT_MS, ls[rl0], ls[rl1], ds[rl0], ds[rl1], p.scale, warp);
 #pragma unroll
     for (int i = 0; i < 8; i++)
 #pragma unroll
@@ -1626,8 +1698,8 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
         const float *ls = Ls + st * ATT_BQ, *ds = Ds + st * ATT_BQ;
 
         float s[8][4], dp[8][4];
-        s_dp_products<DP, MMA>(s, dp, kf, qs, vf, dos); /* Sᵀ = K·Qᵀ (16 keys, 64 queries), dPᵀ = V·dOᵀ */
-        pt_dst_tile<MMA, true>(s, dp, bs, ls, ds, kv0, kv1, p.scale, St, SP, warp);
+        s_dp_products<DP, MMA>(s, dp, kf, tv_tile<DP>{qs}, vf, tv_tile<DP>{dos}); /* Sᵀ = K·Qᵀ (16 keys, 64 queries), dPᵀ = V·dOᵀ */
+        pt_dst_tile<MMA, true>(s, dp, tv_bias{bs}, ls, ds, kv0, kv1, p.scale, St, SP, warp);
         if constexpr (SCHED != 2) {
           mm_pm<DP, MMA>(dv, s, dos);  /* dV += Pᵀ·dO */
           mm_pm<DP, MMA>(dk, dp, qs);  /* dK += dSᵀ·Q */
@@ -1776,8 +1848,8 @@ __global__ void __launch_bounds__(2 * ATT_THREADS, MINB) fused2_kernel(att_param
         const float *ls = Ls + st * ATT_BQ, *ds = Ds + st * ATT_BQ;
 
         float s[8][4], dp[8][4];
-        s_dp_products<DP, MMA>(s, dp, kf, qs, vf, dos); /* Sᵀ = K·Qᵀ (16 keys, 64 queries), dPᵀ = V·dOᵀ */
-        pt_dst_tile<MMA, true>(s, dp, bs, ls, ds, kv0, kv1, p.scale, St, SP, warp);
+        s_dp_products<DP, MMA>(s, dp, kf, tv_tile<DP>{qs}, vf, tv_tile<DP>{dos}); /* Sᵀ = K·Qᵀ (16 keys, 64 queries), dPᵀ = V·dOᵀ */
+        pt_dst_tile<MMA, true>(s, dp, tv_bias{bs}, ls, ds, kv0, kv1, p.scale, St, SP, warp);
         mm_pm<DP, MMA>(dv, s, dos); /* dV += Pᵀ·dO */
         mm_pm<DP, MMA>(dk, dp, qs); /* dK += dSᵀ·Q */
         __syncthreads();            /* both warpgroups' dSᵀ complete */
@@ -1982,9 +2054,9 @@ static int dbias_ranges(int64_t T, int64_t slots, int R, int64_t bhqk, size_t ca
 
 /* A dbias pass of T CTAs (kern, threads, smem): split into row ranges when that fills the
  * last wave better (dbias_ranges; the partial sums in scratch), then reduced. */
-template <typename Kern>
-static void dbias_run(Kern kern, int64_t T, int threads, size_t smem, const att_params &p,
-                      float *scratch, size_t scratch_bytes, cudaStream_t stream) {
+template <typename Kern, typename Go>
+static void dbias_run_with(Kern kern, int64_t T, int threads, size_t smem, const att_params &p,
+                           float *scratch, size_t scratch_bytes, cudaStream_t stream, Go &&go) {
   const int64_t bhqk = (int64_t)p.B * p.H * p.Q * p.K;
   att_params q = p;
   q.rs = 1;
@@ -1997,11 +2069,19 @@ static void dbias_run(Kern kern, int64_t T, int threads, size_t smem, const att_
     q.rs = dbias_ranges(T, (int64_t)sms * per_sm, p.R, bhqk, scratch_bytes);
     q.dbp = scratch;
   }
-  launch(kern, T * q.rs, threads, smem, stream, q);
+  go(q, T * q.rs);
   if (q.rs > 1) {
     dbias_reduce_kernel<<<mf_cdiv(bhqk, 256), 256, 0, stream>>>(p.dbias, scratch, q.rs, bhqk, p.K, p.bl);
     MF_CHECK_LAUNCH();
   }
+}
+
+/* dbias_run_with for a kernel that takes the parameters alone. */
+template <typename Kern>
+static void dbias_run(Kern kern, int64_t T, int threads, size_t smem, const att_params &p,
+                      float *scratch, size_t scratch_bytes, cudaStream_t stream) {
+  dbias_run_with(kern, T, threads, smem, p, scratch, scratch_bytes, stream,
+                 [&](const att_params &q, int64_t grid) { launch(kern, grid, threads, smem, stream, q); });
 }
 
 template <int DP, bool MMA>
@@ -2033,17 +2113,17 @@ extern "C" int mf_attention_cuda_set_dbias_wg(int on) {
   return old;
 }
 
-/* The TMA forward (fwd_tma_kernel): on by default where D = 32, off for the lab's and the
- * tests' comparisons; the count of its launches lets the tests see that it ran. */
-static int g_fwd_tma = 1; /* 0: off; 1: on, 5 CTAs per SM (96 registers); 2: on, 4 CTAs (128) */
-static std::atomic<long> g_fwd_tma_calls{0};
+/* The TMA kernels (attention_cuda.h, mf_attention_cuda_set_tma): a bit mask, all on by
+ * default where D = 32; the count of their launches lets the tests see that they ran. */
+static int g_tma = MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS; /* 5 CTAs per SM: 1.345 ms against 1.431 at N = 768 */
+static std::atomic<long> g_tma_calls{0};
 
-extern "C" int mf_attention_cuda_set_fwd_tma(int on) {
-  const int old = g_fwd_tma;
-  g_fwd_tma = on < 0 ? 0 : on > 2 ? 2 : on;
+extern "C" int mf_attention_cuda_set_tma(int mask) {
+  const int old = g_tma;
+  g_tma = mask & (MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS);
   return old;
 }
-extern "C" long mf_attention_cuda_fwd_tma_calls(void) { return g_fwd_tma_calls.load(); }
+extern "C" long mf_attention_cuda_tma_calls(void) { return g_tma_calls.load(); }
 
 /* Tensor map of a (B, R, H, rows, 32) bf16 view with element strides s: dimension 0 the
  * head dim (contiguous), dimensions 1..4 the view's (row, h, r, b) sorted by stride
@@ -2085,7 +2165,7 @@ static bool view_map(CUtensorMap *m, int pos[4], const bf16 *base, const mf_attn
 /* Runs the forward with fwd_tma_kernel when it applies (D = 32, tensor cores, keys, a
  * bias with 16-byte rows, maps the driver accepts); false: the caller runs fwd_kernel. */
 static bool forward_tma(const att_params &p, cudaStream_t stream) {
-  if (!g_fwd_tma || p.D != 32 || p.K == 0 || (p.bias && p.bl % 8 != 0)) return false;
+  if (!(g_tma & MF_ATT_TMA_FWD) || p.D != 32 || p.K == 0 || (p.bias && p.bl % 8 != 0)) return false;
   att_tmaps tm;
   memset(&tm, 0, sizeof tm);
   if (!view_map(&tm.q, tm.pq, p.q, p.sq, p.Q, p) || !view_map(&tm.k, tm.pk, p.k, p.sk, p.K, p) ||
@@ -2102,11 +2182,33 @@ static bool forward_tma(const att_params &p, cudaStream_t stream) {
   const int64_t grid = (int64_t)p.B * p.H * p.nqb * p.R;
   if (grid == 0) return true;
   MF_ASSERT(grid < 2147483647LL, "attention grid of %lld CTAs", (long long)grid);
-  auto kern = g_fwd_tma == 2 ? fwd_tma_kernel<4> : fwd_tma_kernel<5>;
+  auto kern = (g_tma & MF_ATT_TMA_FWD4) ? fwd_tma_kernel<4> : fwd_tma_kernel<5>;
   MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, TMA_FWD_SMEM));
   kern<<<(unsigned)grid, ATT_THREADS, TMA_FWD_SMEM, stream>>>(p, tm);
   MF_CHECK_LAUNCH();
-  g_fwd_tma_calls++;
+  g_tma_calls++;
+  return true;
+}
+
+/* The dbias pass with dbias_tma_kernel when it applies (D = 32, maps of q, dO, k, v the
+ * driver accepts); false: the caller runs dbias_kernel. */
+static bool dbias_tma(const att_params &p, float *scratch, size_t scratch_bytes, cudaStream_t stream) {
+  if (!(g_tma & MF_ATT_TMA_DBIAS) || p.D != 32 || p.Q == 0 || p.K == 0) return false;
+  att_tmaps tm;
+  memset(&tm, 0, sizeof tm);
+  if (!view_map(&tm.q, tm.pq, p.q, p.sq, p.Q, p) || !view_map(&tm.dO, tm.pd, p.dO, p.sdO, p.Q, p) ||
+      !view_map(&tm.k, tm.pk, p.k, p.sk, p.K, p) || !view_map(&tm.v, tm.pv, p.v, p.sv, p.K, p))
+    return false;
+  dbias_run_with(dbias_tma_kernel, (int64_t)p.B * p.H * p.nqb * p.nkb, ATT_THREADS, TD_SMEM, p, scratch,
+                 scratch_bytes, stream, [&](const att_params &q, int64_t grid) {
+                   if (grid == 0) return;
+                   MF_ASSERT(grid < 2147483647LL, "attention grid of %lld CTAs", (long long)grid);
+                   MF_CHECK_CUDA(cudaFuncSetAttribute(dbias_tma_kernel,
+                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, TD_SMEM));
+                   dbias_tma_kernel<<<(unsigned)grid, ATT_THREADS, TD_SMEM, stream>>>(q, tm);
+                   MF_CHECK_LAUNCH();
+                 });
+  g_tma_calls++;
   return true;
 }
 
@@ -2262,7 +2364,10 @@ static void backward_dp(const att_params &p, bool want_dkdv, bool want_dq, bool 
         sbytes = scratch_bytes;
       }
     }
-    if (MMA && DP == 32 && p.D == 32 && g_dbias_wg)
+    if (MMA && DP == 32 && p.D == 32 && !g_dbias_wg && pick_cfgs(p).dbias == 0 && v != 2 &&
+        dbias_tma(p, sbuf, sbytes, stream)) {
+      /* done */
+    } else if (MMA && DP == 32 && p.D == 32 && g_dbias_wg)
       dbias_run(dbias_wg_kernel, (int64_t)p.B * p.H * p.nqb * p.nkb, ATT_THREADS, dbias_wg_smem(), p,
                 sbuf, sbytes, stream);
     else

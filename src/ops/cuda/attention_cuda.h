@@ -129,13 +129,17 @@ void mf_attention_backward_strided_cuda(
  * (sm_90a; tested, measured slower: attention.cu says why); for the tests, the lab and the
  * benchmark. Returns the previous setting. */
 int mf_attention_cuda_set_dbias_wg(int on);
-/* The forward's kernel where D = 32: 1 (default) fwd_tma_kernel, its tiles copied by TMA
- * (sm_90), when the views allow (strides of 16-byte multiples), 2 the same kernel bounded
- * at 4 CTAs per SM instead of 5; 0 fwd_kernel (cp.async).
- * Their out and lse are bit-identical. Returns the previous setting. */
-int mf_attention_cuda_set_fwd_tma(int on);
-/* How many forwards fwd_tma_kernel has run in this process (for the tests). */
-long mf_attention_cuda_fwd_tma_calls(void);
+/* The kernels with TMA tile copies (sm_90), where D = 32 and the views allow (strides of
+ * 16-byte multiples), as a bit mask: MF_ATT_TMA_FWD the forward (fwd_tma_kernel),
+ * MF_ATT_TMA_FWD4 that kernel bounded at 4 CTAs per SM instead of 5, MF_ATT_TMA_DBIAS the
+ * dbias pass (dbias_tma_kernel); a cleared bit runs the cp.async kernel, whose outputs are
+ * bit-identical. Default: MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS. Returns the previous mask. */
+#define MF_ATT_TMA_FWD 1
+#define MF_ATT_TMA_FWD4 2
+#define MF_ATT_TMA_DBIAS 4
+int mf_attention_cuda_set_tma(int mask);
+/* How many launches of a TMA kernel this process has made (for the tests). */
+long mf_attention_cuda_tma_calls(void);
 int mf_attention_cuda_set_variant(int variant);
 
 /* The order in which the forward's CTAs are numbered (what the hardware scheduler runs

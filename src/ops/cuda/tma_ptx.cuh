@@ -67,6 +67,16 @@ static __device__ __forceinline__ void mf_tma_load_4d(uint32_t dst, const CUtens
       : "memory");
 }
 
+/* `bytes` (a multiple of 16) of contiguous global memory at src → shared address dst (both
+ * 16-byte aligned), completing on bar. */
+static __device__ __forceinline__ void mf_bulk_load(uint32_t dst, const void *src, uint32_t bytes,
+                                                    uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"((uint64_t)(uintptr_t)src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
 /* Host: the driver's cuTensorMapEncodeTiled, or NULL where the driver has none. */
 static inline PFN_cuTensorMapEncodeTiled_v12000 mf_tma_encoder(void) {
   static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
