@@ -323,8 +323,10 @@ static void run_case_mode(const att_case *c, int variant, uint64_t seed, int mod
   if (mode == 0) run_gpu(&g1, &d, dq_, dk_, dv_, db_, dm_, dg_, ddo);
   else run_gpu_strided(&g1, &d, mode, q, k, v, db_, dm_, c->gate ? gate : NULL, dout, tag);
   if (g_tma_ab) {
-    const long want = (D == 32 && (g_tma_ab & MF_ATT_TMA_FWD) && (!c->bias || mode != 0 || N % 8 == 0)) +
-                      (D == 32 && (g_tma_ab & MF_ATT_TMA_DBIAS) && c->bias && R > 1);
+    const int rows16 = !c->bias || mode != 0 || N % 8 == 0; /* bias rows of 16-byte multiples */
+    const long want = (D == 32 && (g_tma_ab & MF_ATT_TMA_FWD) && rows16) +
+                      (D == 32 && (g_tma_ab & MF_ATT_TMA_DBIAS) && c->bias && R > 1) +
+                      (D == 32 && (g_tma_ab & MF_ATT_TMA_FUSED) && variant == 8 && R > 1 && rows16);
     MF_TEST(mf_attention_cuda_tma_calls() - tma0 >= want, "%s: the TMA kernels ran (%ld of %ld)", tag,
             mf_attention_cuda_tma_calls() - tma0, want);
     mf_attention_cuda_set_tma(0);
@@ -446,10 +448,11 @@ int main(void) {
     mf_attention_cuda_set_dbias_wg(1); /* the wgmma dbias pass */
     run_case(&a, 0, 33);
     mf_attention_cuda_set_dbias_wg(0);
-    g_tma_ab = MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS; /* TMA against cp.async */
+    g_tma_ab = MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED; /* TMA against cp.async */
     const att_case t = {1, 3, 2, 128, 32, 1, 1, 1, 0};
     run_case_mode(&t, 0, 34, 0);
-    run_case_mode(&f, 0, 35, 1);
+    run_case_mode(&t, 8, 36, 0);
+    run_case_mode(&f, 8, 35, 1);
     g_tma_ab = 0;
     return mf_test_end();
   }
@@ -570,11 +573,18 @@ int main(void) {
                            {2, 2, 4, 130, 32, 1, 1, 1, 0}};
     for (int mode = 0; mode <= 2; mode++)
       for (int i = 0; i < (int)(sizeof tc / sizeof tc[0]); i++) {
-        static const int masks[3] = {MF_ATT_TMA_FWD, MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS,
-                                     MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS};
+        static const int masks[3] = {MF_ATT_TMA_FWD | MF_ATT_TMA_FUSED,
+                                     MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS,
+                                     MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED};
         g_tma_ab = masks[(i + mode) % 3];
         run_case_mode(&tc[i], 0, seed += 100, mode);
+        /* the fused pass forced into its global-accumulator mode (where its TMA kernel runs) */
+        g_tma_ab = MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED;
+        if (tc[i].R > 1) run_case_mode(&tc[i], 8, seed += 100, mode);
       }
+    /* many slabs per persistent CTA (B·R·H = 800) */
+    const att_case many = {2, 100, 4, 70, 32, 1, 1, 1, 3};
+    run_case_mode(&many, 8, seed += 100, 1);
     g_tma_ab = 0;
   }
   mf_attention_cuda_set_variant(0);

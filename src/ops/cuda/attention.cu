@@ -1752,6 +1752,146 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
 }
 
 /* ------------------------------------------------------------------------------------
+ * fused_kernel<32, true, 1> with TMA copies (fused_tma_kernel; the default for the fused
+ * pass where D = 32 and the views allow, README step 13): per query step one thread issues
+ * the next step's Q and dO boxes (64-byte swizzle), bias box (128-byte swizzle, the
+ * forward's map) and lse·log2e / Di rows (bulk copies) onto the stage's transaction
+ * barrier; the key tile's K and V and the dQ accumulator slots stay cp.async copies (the
+ * slots are this CTA's own global stores of the previous key tile: generic-proxy copies
+ * need no proxy fence). Same arithmetic and order as fused_kernel: bit-identical dq, dk,
+ * dv. Stage: Q | dO (4 KB each) | bias (8 KB) | lse·log2e | Di (256 B each). */
+#define TF_STAGE 17408 /* 2·4096 + 8192 + 512, rounded up to 1 KB */
+#define TF_SMEM (2 * TF_STAGE + 2 * 64 * 40 * 2 + ATT_BK * (ATT_BQ + 8) * 2 + 2 * ATT_WARPS * 4 * 32 * 16 + \
+                 ATT_MS + 2 * 8 + 1024)
+
+__global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, 32, 1)) fused_tma_kernel(att_params p, const __grid_constant__ att_tmaps tm) {
+  constexpr bool MMA = true;
+  constexpr int DP = 32, TP = DP + 8, TILE = 64 * TP, ND = DP / 8, SP = ATT_BQ + 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t raw = mf_smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
+  unsigned char *sb = smem_raw + (base - raw);
+  bf16 *Ks = reinterpret_cast<bf16 *>(sb + 2 * TF_STAGE), *Vs = Ks + TILE; /* [TILE] each */
+  bf16 *St = Vs + TILE;                                                    /* [BK][SP]: dSᵀ */
+  float4 *Acc = reinterpret_cast<float4 *>(St + ATT_BK * SP);              /* [2][4][ND][32] */
+  uint8_t *Ms = reinterpret_cast<uint8_t *>(Acc + 2 * ATT_WARPS * ND * 32);
+  const uint32_t bar = (mf_smem_u32(Ms) + ATT_MS + 7u) & ~7u;
+
+  const int Q = p.Q, K = p.K, D = p.D, nqb = p.nqb, nkb = p.nkb, tid = threadIdx.x;
+  const int warp = tid / MF_WARP_SIZE, lane = tid % MF_WARP_SIZE;
+  const row_plan<DP> rp(D);
+  const int64_t nslab = (int64_t)p.B * p.R * p.H;
+  float4 *gacc = reinterpret_cast<float4 *>(p.dqacc) + (int64_t)blockIdx.x * nqb * ATT_WARPS * ND * 32;
+  auto slot = [&](int i, int nd) { return ((i * ATT_WARPS + warp) * ND + nd) * 32 + lane; };
+  const int stk = (int)p.sk.row, stv = (int)p.sv.row;
+  if (tid == 0) {
+    mf_mbar_init(bar, 1);
+    mf_mbar_init(bar + 8, 1);
+    mf_mbar_init_fence();
+  }
+  uint32_t ph = 0; /* the stages' barrier phases (bit s) */
+  const bool has_bias = p.bias != NULL;
+  if (!has_bias) /* zero bias tiles in both stages, never overwritten */
+    for (int s = 0; s < 2; s++)
+      for (int i = tid; i < TMA_BIAS / 16; i += ATT_THREADS)
+        reinterpret_cast<uint4 *>(sb + s * TF_STAGE + 2 * TMA_KV)[i] = make_uint4(0, 0, 0, 0);
+  const uint32_t stage_tx = 2 * TMA_KV + (has_bias ? TMA_BIAS : 0) + 2 * ATT_BQ * 4;
+  for (int64_t brh = blockIdx.x; brh < nslab; brh += gridDim.x) {
+    const int h = (int)(brh % p.H);
+    const int64_t br = brh / p.H;
+    const int b = (int)(br / p.R), r = (int)(br % p.R);
+    const uint8_t *mg = p.mask ? p.mask + br * K : NULL;
+    const float *ldg = slab_ld(p, brh);
+    for (int kb = 0; kb < nkb; kb++) {
+      const int k0 = kb * ATT_BK;
+      const bf16 *kg = p.k + vofs(p.sk, b, r, h) + (int64_t)k0 * stk;
+      const bf16 *vg = p.v + vofs(p.sv, b, r, h) + (int64_t)k0 * stv;
+      auto prefetch = [&](int it, int sn) {
+        const int q1 = it * ATT_BQ;
+        if (tid == 0) {
+          const uint32_t dst = base + sn * TF_STAGE, fb = bar + 8 * sn;
+          mf_mbar_expect_tx(fb, stage_tx);
+          tma_view(dst, &tm.q, tm.pq, q1, h, r, b, fb);
+          tma_view(dst + TMA_KV, &tm.dO, tm.pd, q1, h, r, b, fb);
+          if (has_bias) mf_tma_load_4d(dst + 2 * TMA_KV, &tm.bias, k0, q1, h, b, fb);
+          mf_bulk_load(dst + 2 * TMA_KV + TMA_BIAS, ldg + q1, ATT_BQ * 4, fb);
+          mf_bulk_load(dst + 2 * TMA_KV + TMA_BIAS + ATT_BQ * 4, ldg + nqb * ATT_BQ + q1, ATT_BQ * 4, fb);
+        }
+        if (kb > 0)
+#pragma unroll
+          for (int nd = 0; nd < ND; nd++) cp_async16<MMA>(Acc + slot(sn, nd), gacc + slot(it, nd), true);
+      };
+
+      __syncthreads(); /* the previous key tile is done with every buffer (and the barriers are set) */
+      rp.template load<MMA>(Ks, kg, K - k0, stk);
+      rp.template load<MMA>(Vs, vg, K - k0, stv);
+      load_mask(Ms, mg, k0, K);
+      prefetch(0, 0);
+      cp_async_commit<MMA>();
+      cp_async_wait<MMA, 0>();
+      __syncthreads();
+      uint32_t kf[DP / 16][4], vf[DP / 16][4];
+      bool kv0, kv1;
+      float dk[DP / 8][4], dv[DP / 8][4];
+      key_tile_start<DP, MMA>(kf, vf, kv0, kv1, dk, dv, Ks, Vs, Ms, warp);
+
+      for (int it = 0; it < nqb; it++) {
+        const int st = it & 1;
+        if (it > 0) { /* the previous step's reads are done: its stage may be refilled */
+          cp_async_wait<MMA, 0>();
+          __syncthreads();
+        }
+        if (it + 1 < nqb) prefetch(it + 1, st ^ 1);
+        cp_async_commit<MMA>();
+        mf_mbar_wait(bar + 8 * st, (ph >> st) & 1u);
+        ph ^= 1u << st;
+        const bf16 *qs = reinterpret_cast<const bf16 *>(sb + st * TF_STAGE), *dos = qs + TMA_KV / 2;
+        const float *ls = reinterpret_cast<const float *>(sb + st * TF_STAGE + 2 * TMA_KV + TMA_BIAS);
+        const float *ds = ls + ATT_BQ;
+
+        float s[8][4], dp[8][4];
+        s_dp_products<DP, MMA>(s, dp, kf, tv_sw64{qs}, vf, tv_sw64{dos}); /* Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ */
+        pt_dst_tile<MMA, true>(s, dp, tv_sw128{qs + TMA_KV}, ls, ds, kv0, kv1, p.scale, St, SP, warp);
+        mm_pm_v<DP, MMA>(dv, s, tv_sw64{dos}); /* dV += Pᵀ·dO */
+        mm_pm_v<DP, MMA>(dk, dp, tv_sw64{qs}); /* dK += dSᵀ·Q */
+        __syncthreads();                       /* dSᵀ complete */
+
+        /* dQ rows it·64 + 16·warp + [0, 16) += dS (16, 64 keys) · K (64, DP) */
+        float c[ND][4];
+#pragma unroll
+        for (int nd = 0; nd < ND; nd++) {
+          if (kb == 0) {
+            c[nd][0] = c[nd][1] = c[nd][2] = c[nd][3] = 0.f;
+          } else {
+            const float4 a = Acc[slot(st, nd)];
+            c[nd][0] = a.x; c[nd][1] = a.y; c[nd][2] = a.z; c[nd][3] = a.w;
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) { /* keys 16j..16j+15 */
+          uint32_t a[4];
+          ldsm_x4<MMA, true>(a, St + (j * 16 + (lane / 16) * 8 + lane % 8) * SP + warp * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+          for (int n2 = 0; n2 < DP / 16; n2++) {
+            uint32_t bk[4];
+            ldsm_x4<MMA, true>(bk, Ks + (j * 16 + ((lane / 8) % 2) * 8 + lane % 8) * TP + n2 * 16 + (lane / 16) * 8);
+            mma_16816<MMA>(c[2 * n2], a, bk[0], bk[1]);
+            mma_16816<MMA>(c[2 * n2 + 1], a, bk[2], bk[3]);
+          }
+        }
+        if (kb == nkb - 1) {
+          store_rows<DP>(p.dq + vofs(p.sdq, b, r, h), c, it * ATT_BQ + warp * 16, Q, D, p.sdq.row, p.scale);
+        } else {
+#pragma unroll
+          for (int nd = 0; nd < ND; nd++) gacc[slot(it, nd)] = make_float4(c[nd][0], c[nd][1], c[nd][2], c[nd][3]);
+        }
+      }
+      if (p.dk) store_rows<DP>(p.dk + vofs(p.sdk, b, r, h), dk, k0 + warp * 16, K, D, p.sdk.row, p.scale);
+      if (p.dv) store_rows<DP>(p.dv + vofs(p.sdv, b, r, h), dv, k0 + warp * 16, K, D, p.sdv.row, 1.f);
+    }
+  }
+}
+
+/* ------------------------------------------------------------------------------------
  * fused2_kernel (README step 10): fused_kernel with CTAs of two warpgroups that walk a
  * slab's key tiles in pairs, warpgroup wg owning key tile 2·kp + wg (a missing last one
  * is all masked: zero tiles, no stores). The pair shares each query step's Q, dO, lse,
@@ -2115,12 +2255,12 @@ extern "C" int mf_attention_cuda_set_dbias_wg(int on) {
 
 /* The TMA kernels (attention_cuda.h, mf_attention_cuda_set_tma): a bit mask, all on by
  * default where D = 32; the count of their launches lets the tests see that they ran. */
-static int g_tma = MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS; /* 5 CTAs per SM: 1.345 ms against 1.431 at N = 768 */
+static int g_tma = MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED; /* fwd 5 CTAs per SM: 1.345 ms against 1.431 at N = 768 */
 static std::atomic<long> g_tma_calls{0};
 
 extern "C" int mf_attention_cuda_set_tma(int mask) {
   const int old = g_tma;
-  g_tma = mask & (MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS);
+  g_tma = mask & (MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED);
   return old;
 }
 extern "C" long mf_attention_cuda_tma_calls(void) { return g_tma_calls.load(); }
@@ -2162,6 +2302,16 @@ static bool view_map(CUtensorMap *m, int pos[4], const bf16 *base, const mf_attn
   return mf_tma_encode_bf16(m, base, 5, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_64B) == 0;
 }
 
+/* Tensor map of the bias (B, H, Q, ·) with rows p.bl elements apart (p.bl % 8 == 0): box
+ * 64 keys × 64 queries, 128-byte swizzle. */
+static bool bias_map(CUtensorMap *m, const att_params &p) {
+  const uint64_t dims[4] = {(uint64_t)p.K, (uint64_t)p.Q, (uint64_t)p.H, (uint64_t)p.B};
+  const uint64_t bl = (uint64_t)p.bl * 2;
+  const uint64_t strides[3] = {bl, bl * p.Q, bl * p.Q * p.H};
+  const uint32_t box[4] = {ATT_BK, ATT_BQ, 1, 1};
+  return mf_tma_encode_bf16(m, p.bias, 4, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B) == 0;
+}
+
 /* Runs the forward with fwd_tma_kernel when it applies (D = 32, tensor cores, keys, a
  * bias with 16-byte rows, maps the driver accepts); false: the caller runs fwd_kernel. */
 static bool forward_tma(const att_params &p, cudaStream_t stream) {
@@ -2171,14 +2321,7 @@ static bool forward_tma(const att_params &p, cudaStream_t stream) {
   if (!view_map(&tm.q, tm.pq, p.q, p.sq, p.Q, p) || !view_map(&tm.k, tm.pk, p.k, p.sk, p.K, p) ||
       !view_map(&tm.v, tm.pv, p.v, p.sv, p.K, p))
     return false;
-  if (p.bias) {
-    const uint64_t dims[4] = {(uint64_t)p.K, (uint64_t)p.Q, (uint64_t)p.H, (uint64_t)p.B};
-    const uint64_t bl = (uint64_t)p.bl * 2;
-    const uint64_t strides[3] = {bl, bl * p.Q, bl * p.Q * p.H};
-    const uint32_t box[4] = {ATT_BK, ATT_BQ, 1, 1};
-    if (mf_tma_encode_bf16(&tm.bias, p.bias, 4, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B) != 0)
-      return false;
-  }
+  if (p.bias && !bias_map(&tm.bias, p)) return false;
   const int64_t grid = (int64_t)p.B * p.H * p.nqb * p.R;
   if (grid == 0) return true;
   MF_ASSERT(grid < 2147483647LL, "attention grid of %lld CTAs", (long long)grid);
@@ -2294,6 +2437,25 @@ static size_t fused_scratch_bytes(const att_params &p) {
 /* Uses the fused pass for dK, dV and dQ together when R > 1 (for R = 1 its grid is only
  * B·H slabs) and the variant asks for it; the dQ accumulator goes to shared memory when
  * that costs no occupancy against the global mode (variant 7), or as forced (8, 9). */
+/* The fused pass with fused_tma_kernel on `grid` CTAs (the global-accumulator mode's grid,
+ * for which the scratch is sized) when it applies (D = 32, maps of q, dO, k, v and the bias
+ * the driver accepts); false: the caller runs fused_kernel. */
+static bool fused_tma(const att_params &p, int64_t grid, cudaStream_t stream) {
+  if (!(g_tma & MF_ATT_TMA_FUSED) || p.D != 32 || p.Q == 0 || p.K == 0 || (p.bias && p.bl % 8 != 0))
+    return false;
+  att_tmaps tm;
+  memset(&tm, 0, sizeof tm);
+  if (!view_map(&tm.q, tm.pq, p.q, p.sq, p.Q, p) || !view_map(&tm.dO, tm.pd, p.dO, p.sdO, p.Q, p))
+    return false;
+  if (p.bias && !bias_map(&tm.bias, p)) return false;
+  if (grid == 0) return true;
+  MF_CHECK_CUDA(cudaFuncSetAttribute(fused_tma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, TF_SMEM));
+  fused_tma_kernel<<<(unsigned)grid, ATT_THREADS, TF_SMEM, stream>>>(p, tm);
+  MF_CHECK_LAUNCH();
+  g_tma_calls++;
+  return true;
+}
+
 template <int DP>
 static void fused_launch(const att_params &p, int variant, float *scratch, size_t scratch_bytes,
                          cudaStream_t stream) {
@@ -2327,6 +2489,7 @@ static void fused_launch(const att_params &p, int variant, float *scratch, size_
     MF_ASSERT(scratch && (size_t)grid * p.nqb * 64 * DP * sizeof(float) <= scratch_bytes,
               "attention: fused pass scratch of %zu bytes is short", scratch_bytes);
     q.dqacc = scratch;
+    if (DP == 32 && (variant == 7 || variant == 8) && fused_tma(q, grid, stream)) return;
     const size_t smem = fused_smem(DP, true, p.nqb);
     if (variant == 10) launch(fused_kernel<DP, true, 0>, grid, ATT_THREADS, smem, stream, q);
     else if (variant == 11) launch(fused_kernel<DP, true, 2>, grid, ATT_THREADS, smem, stream, q);
@@ -2337,6 +2500,7 @@ static void fused_launch(const att_params &p, int variant, float *scratch, size_
 }
 
 static int effective_variant(void) { return g_variant == 0 ? ATT_DEFAULT_VARIANT : g_variant; }
+
 
 template <int DP, bool MMA>
 static void backward_dp(const att_params &p, bool want_dkdv, bool want_dq, bool want_dbias,

@@ -132,11 +132,13 @@ int mf_attention_cuda_set_dbias_wg(int on);
 /* The kernels with TMA tile copies (sm_90), where D = 32 and the views allow (strides of
  * 16-byte multiples), as a bit mask: MF_ATT_TMA_FWD the forward (fwd_tma_kernel),
  * MF_ATT_TMA_FWD4 that kernel bounded at 4 CTAs per SM instead of 5, MF_ATT_TMA_DBIAS the
- * dbias pass (dbias_tma_kernel); a cleared bit runs the cp.async kernel, whose outputs are
- * bit-identical. Default: MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS. Returns the previous mask. */
+ * dbias pass (dbias_tma_kernel), MF_ATT_TMA_FUSED the fused dK/dV/dQ pass (fused_tma_kernel,
+ * below N = 2048); a cleared bit runs the cp.async kernel, whose outputs are bit-identical.
+ * Default: MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED. Returns the previous mask. */
 #define MF_ATT_TMA_FWD 1
 #define MF_ATT_TMA_FWD4 2
 #define MF_ATT_TMA_DBIAS 4
+#define MF_ATT_TMA_FUSED 8
 int mf_attention_cuda_set_tma(int mask);
 /* How many launches of a TMA kernel this process has made (for the tests). */
 long mf_attention_cuda_tma_calls(void);
