@@ -22,8 +22,12 @@
  *        each thread reads back only its own slots), so S·U·16 bytes per thread stay in
  *        flight while it reduces and stores; a: U = 2, S = 4; b: U = 1, S = 8; c: U = 2,
  *        S = 3 at 6 blocks/SM; d: U = 1, S = 4 at 8 blocks/SM;
+ *   v9*  the bulk-copy kernel (ln_rows_hw.cuh): per block, chunks of RB rows in grid-stride
+ *        order, one cp.async.bulk (TMA linear copy) per chunk into a ring of S stages with
+ *        full/empty mbarriers; a: RB = 64, S = 2; b: RB = 32, S = 4; c: RB = 16, S = 4 at
+ *        8 blocks/SM;
  *   lib2 the library's variant 2 (mf_ln_rows_cuda_set_variant(2): v3b's kernel), lib3 its
- *        variant 3 (v8a's kernel).
+ *        variant 3 (v8a's kernel), lib4 its variant 4 (v9b's kernel).
  * Every LN version is checked against v0 in the same run: y within 1 bf16 ulp everywhere,
  * mean within 1e-6 relative to max(|mean|, 1/rstd) (the row's scale: a plain relative
  * error is meaningless for a mean near 0), rstd within 1e-6 relative; FULL at both sizes,
@@ -110,6 +114,7 @@ static void run_lib_v(const lab_args *a, int v) {
 }
 static void run_lib2(const lab_args *a) { run_lib_v(a, 2); }
 static void run_lib3(const lab_args *a) { run_lib_v(a, 3); }
+static void run_lib4(const lab_args *a) { run_lib_v(a, 4); }
 template <int B>
 static void run_copy_warp(const lab_args *a) {
   static int occ = 0;
@@ -163,6 +168,21 @@ static void run_hwcp(const lab_args *a) {
   MF_CHECK_LAUNCH();
 }
 
+/* the bulk-copy kernel, persistent grid */
+template <int RB, int S, int MINB>
+static void run_hwbulk(const lab_args *a) {
+  static int occ = 0;
+  if (!occ) {
+    MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &occ, mf_ln_rows_hw_bulk_kernel<16, RB, S, MINB>, MF_LN_HW_THREADS, 0));
+    if (occ < 1) occ = 1;
+  }
+  const unsigned blocks = mf_ln_hw_bulk_blocks(a->M, RB, (int64_t)mf_sm_count() * occ);
+  mf_ln_rows_hw_bulk_kernel<16, RB, S, MINB><<<blocks, MF_LN_HW_THREADS>>>(
+      a->y, a->mean, a->rstd, a->x, a->g, a->b, a->M, a->mode, a->use_saved);
+  MF_CHECK_LAUNCH();
+}
+
 typedef void (*run_fn)(const lab_args *);
 typedef struct {
   const char *name, *what;
@@ -188,8 +208,12 @@ static const version k_versions[] = {
     {"v8b", "hw LN, cp.async ring U=1 S=8 (32 KiB/blk), 4 blk/SM", run_hwcp<1, 8, 4>, 1},
     {"v8c", "hw LN, cp.async ring U=2 S=3 (24 KiB/blk), 6 blk/SM", run_hwcp<2, 3, 6>, 1},
     {"v8d", "hw LN, cp.async ring U=1 S=4 (16 KiB/blk), 8 blk/SM", run_hwcp<1, 4, 8>, 1},
+    {"v9a", "hw LN, bulk copy ring RB=64 S=2 (32 KiB/blk)", run_hwbulk<64, 2, 4>, 1},
+    {"v9b", "hw LN, bulk copy ring RB=32 S=4 (32 KiB/blk)", run_hwbulk<32, 4, 4>, 1},
+    {"v9c", "hw LN, bulk copy ring RB=16 S=4 (16 KiB/blk), 8/SM", run_hwbulk<16, 4, 8>, 1},
     {"lib2", "lib variant 2 (= v3b)", run_lib2, 1},
     {"lib3", "lib variant 3 (= v8a)", run_lib3, 1},
+    {"lib4", "lib variant 4 (= v9b)", run_lib4, 1},
 };
 #define N_VERSIONS ((int)(sizeof k_versions / sizeof k_versions[0]))
 

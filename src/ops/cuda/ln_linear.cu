@@ -521,7 +521,9 @@ static void ln_rows_vec_launch(bf16 *y, float *mean, float *rstd, const bf16 *x,
  *              registers before any is reduced;
  *   variant 3: mf_ln_rows_hw_cp_kernel, the loads through a per-thread cp.async ring of
  *              LN_HWCP_S stages × LN_HWCP_U groups in shared memory (bytes stay in flight
- *              while the warp reduces and stores).
+ *              while the warp reduces and stores);
+ *   variant 4: mf_ln_rows_hw_bulk_kernel, chunks of LN_HWB_RB rows per block copied by one
+ *              cp.async.bulk each into a ring of LN_HWB_S stages (full/empty mbarriers).
  * Their sums run in another order than variants 0/1 (8 channels per lane, then a tree over
  * C/8 lanes), so mean/rstd may differ from those in the last bits and y by one bf16 ulp;
  * two runs are bit-identical. Why: ln_rows_vec_kernel<4, 8> reached 0.135 ms at M = 768²
@@ -531,36 +533,48 @@ static void ln_rows_vec_launch(bf16 *y, float *mean, float *rstd, const bf16 *x,
 #define LN_HW_U 4   /* variant 2: row groups per warp in flight */
 #define LN_HWCP_U 2 /* variant 3: row groups per warp per stage */
 #define LN_HWCP_S 4 /* variant 3: stages (32 KiB of shared memory per block) */
+#define LN_HWB_RB 32 /* variant 4: rows per chunk (C = 128: 8 KiB) */
+#define LN_HWB_S 4   /* variant 4: stages (C = 128: 32 KiB of shared memory per block) */
 
 static int ln_hw_ok(int C, const void *y, const void *x) {
-  if ((g_ln_rows_variant != 2 && g_ln_rows_variant != 3) || (C != 64 && C != 128 && C != 256))
+  if (g_ln_rows_variant < 2 || g_ln_rows_variant > 4 || (C != 64 && C != 128 && C != 256))
     return 0;
   return (((uintptr_t)y | (uintptr_t)x) & 15) == 0;
+}
+
+/* Resident blocks per SM of a kernel of MF_LN_HW_THREADS threads (at least 1). */
+template <typename K>
+static int ln_hw_occupancy(K kernel) {
+  int occ = 0;
+  MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, MF_LN_HW_THREADS, 0));
+  return occ < 1 ? 1 : occ;
 }
 
 template <int LPR>
 static void ln_rows_hw_launch(bf16 *y, float *mean, float *rstd, const bf16 *x, const bf16 *gamma,
                               const bf16 *beta, int64_t rows, int mode, int use_saved,
                               cudaStream_t s) {
-  static int occ[2] = {0, 0}; /* resident blocks per SM (once per instance) */
-  const int cp = g_ln_rows_variant == 3;
-  if (!occ[cp]) {
-    if (cp)
-      MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &occ[cp], mf_ln_rows_hw_cp_kernel<LPR, LN_HWCP_U, LN_HWCP_S, 4>, MF_LN_HW_THREADS, 0));
-    else
-      MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &occ[cp], mf_ln_rows_hw_kernel<LPR, LN_HW_U, false, false, 4>, MF_LN_HW_THREADS, 0));
-    if (occ[cp] < 1) occ[cp] = 1;
-  }
-  const unsigned blocks = mf_ln_hw_blocks(rows, LPR, cp ? LN_HWCP_U : LN_HW_U,
-                                          (int64_t)mf_sm_count() * occ[cp]);
-  if (cp)
-    mf_ln_rows_hw_cp_kernel<LPR, LN_HWCP_U, LN_HWCP_S, 4><<<blocks, MF_LN_HW_THREADS, 0, s>>>(
-        y, mean, rstd, x, gamma, beta, rows, mode, use_saved);
+  /* C = 256 keeps 32 rows of 512 bytes per bulk chunk only with 2 stages (48 KiB cap) */
+  constexpr int BS = LPR == 32 ? 2 : LN_HWB_S;
+  static int occ[3] = {0, 0, 0}; /* resident blocks per SM (once per instance) */
+  const int k = g_ln_rows_variant - 2;
+  if (!occ[k])
+    occ[k] = k == 0   ? ln_hw_occupancy(mf_ln_rows_hw_kernel<LPR, LN_HW_U, false, false, 4>)
+             : k == 1 ? ln_hw_occupancy(mf_ln_rows_hw_cp_kernel<LPR, LN_HWCP_U, LN_HWCP_S, 4>)
+                      : ln_hw_occupancy(mf_ln_rows_hw_bulk_kernel<LPR, LN_HWB_RB, BS, 4>);
+  const int64_t cap = (int64_t)mf_sm_count() * occ[k];
+  if (k == 0)
+    mf_ln_rows_hw_kernel<LPR, LN_HW_U, false, false, 4>
+        <<<mf_ln_hw_blocks(rows, LPR, LN_HW_U, cap), MF_LN_HW_THREADS, 0, s>>>(
+            y, mean, rstd, x, gamma, beta, rows, mode, use_saved);
+  else if (k == 1)
+    mf_ln_rows_hw_cp_kernel<LPR, LN_HWCP_U, LN_HWCP_S, 4>
+        <<<mf_ln_hw_blocks(rows, LPR, LN_HWCP_U, cap), MF_LN_HW_THREADS, 0, s>>>(
+            y, mean, rstd, x, gamma, beta, rows, mode, use_saved);
   else
-    mf_ln_rows_hw_kernel<LPR, LN_HW_U, false, false, 4><<<blocks, MF_LN_HW_THREADS, 0, s>>>(
-        y, mean, rstd, x, gamma, beta, rows, mode, use_saved);
+    mf_ln_rows_hw_bulk_kernel<LPR, LN_HWB_RB, BS, 4>
+        <<<mf_ln_hw_bulk_blocks(rows, LN_HWB_RB, cap), MF_LN_HW_THREADS, 0, s>>>(
+            y, mean, rstd, x, gamma, beta, rows, mode, use_saved);
 }
 
 /* dgamma/dbeta (C) += Σ over parts, in order. */
@@ -635,7 +649,7 @@ static void launch_ln_rows(bf16 *y, float *mean, float *rstd, const bf16 *x, con
                            cudaStream_t s) {
   if (rows <= 0) return;
   const int threads = LN_ROWS_PER_BLOCK * MF_WARP_SIZE;
-  if (ln_hw_ok(C, y, x)) { /* variants 2, 3: the half-warp kernels */
+  if (ln_hw_ok(C, y, x)) { /* variants 2–4: the half-warp kernels */
     if (C == 128)
       ln_rows_hw_launch<16>(y, mean, rstd, x, gamma, beta, rows, (int)mode, use_saved, s);
     else if (C == 64)

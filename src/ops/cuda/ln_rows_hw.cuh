@@ -225,6 +225,113 @@ static __global__ void __launch_bounds__(MF_LN_HW_THREADS, MINB)
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
+/* The bulk-copy kernel: a block takes chunks of RB consecutive rows in grid-stride order
+ * (chunk b, b + gridDim.x, …); thread 0 copies each chunk with one cp.async.bulk (the TMA
+ * engine's linear copy, no tensor map) into a ring of S stages of shared memory, completing
+ * on the stage's "full" mbarrier; each warp takes RB / RPW / 8 row groups of the chunk from
+ * shared memory into registers, arrives on the stage's "empty" mbarrier and reduces them,
+ * and thread 0 waits for "empty" before it refills the stage. Rows, lanes and arithmetic
+ * as the kernels above. Shared memory: S·RB·C·2 bytes, static (≤ 48 KiB). */
+static __device__ __forceinline__ void mf_lnhw_bulk_g2s(uint32_t dst, const void *src, uint32_t bytes,
+                                                        uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+static __device__ __forceinline__ void mf_lnhw_mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mf_lnhw_mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+static __device__ __forceinline__ void mf_lnhw_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+static __device__ __forceinline__ void mf_lnhw_mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+template <int LPR, int RB, int S, int MINB>
+static __global__ void __launch_bounds__(MF_LN_HW_THREADS, MINB)
+    mf_ln_rows_hw_bulk_kernel(bf16 *__restrict__ y, float *__restrict__ mean, float *__restrict__ rstd,
+                              const bf16 *__restrict__ x, const bf16 *__restrict__ gamma,
+                              const bf16 *__restrict__ beta, int64_t rows, int mode, int use_saved) {
+  constexpr int C = 8 * LPR, RPW = 32 / LPR, NW = MF_LN_HW_THREADS / MF_WARP_SIZE;
+  constexpr int U = RB / RPW / NW; /* row groups per warp per chunk */
+  constexpr int CH16 = RB * C * 2 / 16; /* 16-byte words per chunk */
+  static_assert(U >= 1 && U * RPW * NW == RB, "RB must be a multiple of 8·RPW");
+  static_assert(S >= 2 && S * CH16 * 16 + 16 * S <= 48 * 1024, "stages exceed 48 KiB");
+  __shared__ __align__(128) uint4 ring[S][CH16];
+  __shared__ __align__(8) uint64_t bars[2 * S]; /* full[0..S), empty[S..2S) */
+  const int tid = threadIdx.x, lane = tid % MF_WARP_SIZE, w = tid / MF_WARP_SIZE;
+  const int sub = lane / LPR, sl = lane % LPR;
+  const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(&bars[0]);
+  const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(&ring[0][0]);
+  if (tid == 0) {
+    for (int k = 0; k < S; k++) {
+      mf_lnhw_mbar_init(bar0 + 8 * k, 1);        /* full: the producer's expect_tx */
+      mf_lnhw_mbar_init(bar0 + 8 * (S + k), NW); /* empty: one arrival per warp */
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  uint32_t gw[4], bw[4];
+  mf_lnhw_params(gw, bw, gamma, beta, sl * 8, mode);
+  const int64_t nchunks = (rows + RB - 1) / RB;
+  /* thread 0: chunk t of this block into stage t mod S */
+  auto issue = [&](int64_t t) {
+    const int64_t c = (int64_t)blockIdx.x + t * gridDim.x;
+    if (c >= nchunks) return;
+    const int64_t r0 = c * RB, nr = rows - r0 < RB ? rows - r0 : RB;
+    const uint32_t bytes = (uint32_t)(nr * C * 2), st = (uint32_t)(t % S);
+    mf_lnhw_mbar_expect_tx(bar0 + 8 * st, bytes);
+    mf_lnhw_bulk_g2s(ring0 + st * CH16 * 16, x + r0 * C, bytes, bar0 + 8 * st);
+  };
+  if (tid == 0)
+    for (int t = 0; t < S - 1; t++) issue(t);
+  for (int64_t t = 0;; t++) {
+    const int64_t c = (int64_t)blockIdx.x + t * gridDim.x;
+    if (c >= nchunks) break; /* block-uniform */
+    const int st = (int)(t % S);
+    if (tid == 0) { /* refill the stage chunk t − 1 used, once every warp has read it */
+      if (t >= 1) {
+        const int64_t tp = t - 1;
+        mf_lnhw_mbar_wait(bar0 + 8 * (S + (uint32_t)(tp % S)), (uint32_t)((tp / S) & 1));
+      }
+      issue(t + S - 1);
+    }
+    mf_lnhw_mbar_wait(bar0 + 8 * st, (uint32_t)((t / S) & 1));
+    uint4 u[U];
+#pragma unroll
+    for (int j = 0; j < U; j++) /* group w + NW·j of the chunk */
+      u[j] = ring[st][((w + NW * j) * RPW + sub) * (C / 8) + sl];
+    __syncwarp();
+    if (lane == 0) mf_lnhw_mbar_arrive(bar0 + 8 * (S + st));
+#pragma unroll
+    for (int j = 0; j < U; j++) {
+      const int64_t r = c * RB + (w + NW * j) * RPW + sub;
+      mf_lnhw_row<LPR, false>(y, mean, rstd, u[j], r < rows, r, sl, gw, bw, mode, use_saved);
+    }
+  }
+}
+
+/* Blocks of MF_LN_HW_THREADS for the bulk kernel: one chunk of RB rows each, capped at cap. */
+static inline unsigned mf_ln_hw_bulk_blocks(int64_t rows, int rb, int64_t cap) {
+  int64_t b = (rows + rb - 1) / rb;
+  if (cap > 0 && b > cap) b = cap;
+  return (unsigned)(b < 1 ? 1 : b);
+}
+
 /* Blocks of MF_LN_HW_THREADS for the kernel above: one pass over the groups
  * (U groups per warp), capped at `cap` blocks when cap > 0 (a persistent grid:
  * the SM count times the resident blocks per SM). */
