@@ -1,7 +1,10 @@
-/* ln_rows_hw.cuh — the "half-warp" LayerNorm row forward: mf_ln_rows_cuda's variant 2
- * (ln_linear.cu instantiates one configuration) and the versions v3–v7 of
- * dev/cuda/ln_bw_lab.cu (which instantiates the others). Not a public header; C code never
- * includes it. Not the CPU reference (src/ops/cpu/layernorm.c).
+/* ln_rows_hw.cuh — the "half-warp" LayerNorm row forwards: mf_ln_rows_cuda's variants 2
+ * (mf_ln_rows_hw_kernel: loads into registers), 3 (mf_ln_rows_hw_cp_kernel: a per-thread
+ * cp.async ring in shared memory) and 4 (mf_ln_rows_hw_bulk_kernel: a ring of
+ * cp.async.bulk chunks with mbarriers) — ln_linear.cu instantiates one configuration of
+ * each — and the versions v3–v9 of dev/cuda/ln_bw_lab.cu (which instantiates the others).
+ * Not a public header; C code never includes it. Not the CPU reference
+ * (src/ops/cpu/layernorm.c).
  *
  * Layout: LPR lanes per row, 8 channels (16 bytes) per lane, so C = 8·LPR (LPR = 8, 16,
  * 32: C = 64, 128, 256) and one warp covers RPW = 32 / LPR rows per 16-byte load; the
