@@ -101,6 +101,27 @@ static __global__ void __launch_bounds__(256, 8)
 
 /* ---------------------------------------------------------------- launchers */
 
+/* What the last launcher launched (printed next to its timing; -1: not known, e.g. the
+ * library's kernels and the memcpy). */
+static int g_regs = -1, g_occ = -1;
+static long long g_blocks = -1;
+
+/* Resident blocks per SM of `kernel` at 256 threads (at least 1); *regs: its registers. */
+template <typename K>
+static int lab_occ(K kernel, int *regs) {
+  int occ = 0;
+  MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, 256, 0));
+  cudaFuncAttributes fa;
+  MF_CHECK_CUDA(cudaFuncGetAttributes(&fa, kernel));
+  *regs = fa.numRegs;
+  return occ < 1 ? 1 : occ;
+}
+static void lab_info(int regs, int occ, long long blocks) {
+  g_regs = regs;
+  g_occ = occ;
+  g_blocks = blocks;
+}
+
 static void run_lib1(const lab_args *a) {
   mf_ln_rows_cuda_set_variant(1);
   mf_ln_rows_cuda(a->y, a->mean, a->rstd, a->x, a->g, a->b, a->M, C_LAB, (mf_ln_mode)a->mode,
@@ -117,21 +138,22 @@ static void run_lib3(const lab_args *a) { run_lib_v(a, 3); }
 static void run_lib4(const lab_args *a) { run_lib_v(a, 4); }
 template <int B>
 static void run_copy_warp(const lab_args *a) {
-  static int occ = 0;
-  if (!occ) {
-    MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, copy_warp_kernel<B>, 256, 0));
-    if (occ < 1) occ = 1;
-  }
+  static int occ = 0, regs = 0;
+  if (!occ) occ = lab_occ(copy_warp_kernel<B>, &regs);
   const int64_t need = (a->M + 63) / 64, full = (int64_t)mf_sm_count() * occ;
-  copy_warp_kernel<B><<<(unsigned)(need < full ? need : full), 256>>>((uint8_t *)a->y,
-                                                                      (const uint8_t *)a->x, a->M);
+  const unsigned blocks = (unsigned)(need < full ? need : full);
+  lab_info(regs, occ, blocks);
+  copy_warp_kernel<B><<<blocks, 256>>>((uint8_t *)a->y, (const uint8_t *)a->x, a->M);
   MF_CHECK_LAUNCH();
 }
 static void run_copy_gs(const lab_args *a) {
   const int64_t n16 = a->M * C_LAB * 2 / 16;
   int64_t blocks = (n16 + 256 * 4 - 1) / (256 * 4);
+  static int occ = 0, regs = 0;
+  if (!occ) occ = lab_occ(copy_gs_kernel<4>, &regs);
   const int64_t full = (int64_t)mf_sm_count() * 8;
   if (blocks > full) blocks = full;
+  lab_info(regs, occ, blocks);
   copy_gs_kernel<4><<<(unsigned)blocks, 256>>>((uint4 *)a->y, (const uint4 *)a->x, n16);
   MF_CHECK_LAUNCH();
 }
@@ -141,13 +163,10 @@ static void run_memcpy(const lab_args *a) {
 /* the half-warp kernel; ONEPASS: one pass over the row pairs (no cap on the grid) */
 template <int U, bool ST, bool CG, int MINB, bool ONEPASS>
 static void run_hw(const lab_args *a) {
-  static int occ = 0;
-  if (!occ) {
-    MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &occ, mf_ln_rows_hw_kernel<16, U, ST, CG, MINB>, MF_LN_HW_THREADS, 0));
-    if (occ < 1) occ = 1;
-  }
+  static int occ = 0, regs = 0;
+  if (!occ) occ = lab_occ(mf_ln_rows_hw_kernel<16, U, ST, CG, MINB>, &regs);
   const unsigned blocks = mf_ln_hw_blocks(a->M, 16, U, ONEPASS ? 0 : (int64_t)mf_sm_count() * occ);
+  lab_info(regs, occ, blocks);
   mf_ln_rows_hw_kernel<16, U, ST, CG, MINB><<<blocks, MF_LN_HW_THREADS>>>(
       a->y, a->mean, a->rstd, a->x, a->g, a->b, a->M, a->mode, a->use_saved);
   MF_CHECK_LAUNCH();
@@ -156,13 +175,10 @@ static void run_hw(const lab_args *a) {
 /* the cp.async kernel, persistent grid */
 template <int U, int S, int MINB>
 static void run_hwcp(const lab_args *a) {
-  static int occ = 0;
-  if (!occ) {
-    MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &occ, mf_ln_rows_hw_cp_kernel<16, U, S, MINB>, MF_LN_HW_THREADS, 0));
-    if (occ < 1) occ = 1;
-  }
+  static int occ = 0, regs = 0;
+  if (!occ) occ = lab_occ(mf_ln_rows_hw_cp_kernel<16, U, S, MINB>, &regs);
   const unsigned blocks = mf_ln_hw_blocks(a->M, 16, U, (int64_t)mf_sm_count() * occ);
+  lab_info(regs, occ, blocks);
   mf_ln_rows_hw_cp_kernel<16, U, S, MINB><<<blocks, MF_LN_HW_THREADS>>>(
       a->y, a->mean, a->rstd, a->x, a->g, a->b, a->M, a->mode, a->use_saved);
   MF_CHECK_LAUNCH();
@@ -171,13 +187,10 @@ static void run_hwcp(const lab_args *a) {
 /* the bulk-copy kernel, persistent grid */
 template <int RB, int S, int MINB>
 static void run_hwbulk(const lab_args *a) {
-  static int occ = 0;
-  if (!occ) {
-    MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &occ, mf_ln_rows_hw_bulk_kernel<16, RB, S, MINB>, MF_LN_HW_THREADS, 0));
-    if (occ < 1) occ = 1;
-  }
+  static int occ = 0, regs = 0;
+  if (!occ) occ = lab_occ(mf_ln_rows_hw_bulk_kernel<16, RB, S, MINB>, &regs);
   const unsigned blocks = mf_ln_hw_bulk_blocks(a->M, RB, (int64_t)mf_sm_count() * occ);
+  lab_info(regs, occ, blocks);
   mf_ln_rows_hw_bulk_kernel<16, RB, S, MINB><<<blocks, MF_LN_HW_THREADS>>>(
       a->y, a->mean, a->rstd, a->x, a->g, a->b, a->M, a->mode, a->use_saved);
   MF_CHECK_LAUNCH();
@@ -382,13 +395,15 @@ static int lab_size(int64_t M, int reps, int extra, int timing, const bf16 *g, c
     const double cbytes = 2.0 * act, cgbs = cbytes / cms / 1e6;
     printf("\nM = %lld rows, C = %d: median of %d (ms; GB/s = (read + write) / time; %% of the "
            "memcpy's GB/s)\n", (long long)M, C_LAB, reps);
-    printf("  %-5s %-48s %9s %9s %7s\n", "", "version", "ms", "GB/s", "%copy");
+    printf("  %-5s %-48s %9s %9s %7s %5s %6s %7s\n", "", "version", "ms", "GB/s", "%copy", "regs",
+           "blk/SM", "blocks");
     printf("  %-5s %-48s %9.4f %9.1f %6.1f%%\n", "copy", "cudaMemcpy D2D", (double)cms, cgbs, 100.0);
     for (int v = 0; v < N_VERSIONS; v++) {
+      lab_info(-1, -1, -1);
       const float ms = median_ms(k_versions[v].fn, &t, reps);
       const double bytes = cbytes + (k_versions[v].ln ? 8.0 * (double)M : 0.0), gbs = bytes / ms / 1e6;
-      printf("  %-5s %-48s %9.4f %9.1f %6.1f%%\n", k_versions[v].name, k_versions[v].what, (double)ms,
-             gbs, 100.0 * gbs / cgbs);
+      printf("  %-5s %-48s %9.4f %9.1f %6.1f%% %5d %6d %7lld\n", k_versions[v].name,
+             k_versions[v].what, (double)ms, gbs, 100.0 * gbs / cgbs, g_regs, g_occ, g_blocks);
     }
   }
   MF_CHECK_CUDA(cudaFree(ref.x));
