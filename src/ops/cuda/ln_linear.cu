@@ -487,7 +487,7 @@ static __global__ void __launch_bounds__(LN_ROWS_PER_BLOCK *MF_WARP_SIZE, 4)
   }
 }
 
-/* Whether the vectorised kernels take (C, the row pointers): variant >= 1 (variants 2, 3:
+/* Whether the vectorised kernels take (C, the row pointers): variant >= 1 (variants 2–4:
  * the backward, and the forward where the half-warp kernels do not apply), C = 64, 128 or 256,
  * rows aligned to their 2V-byte lane accesses. */
 static int ln_vec_ok(int C, const void *a, const void *b, const void *c) {
@@ -514,7 +514,7 @@ static void ln_rows_vec_launch(bf16 *y, float *mean, float *rstd, const bf16 *x,
 }
 
 /* ---------------------------------------------------------------- half-warp forwards
- * Variants 2 and 3 of mf_ln_rows_cuda for C = 64, 128, 256 with 16-byte aligned rows
+ * Variants 2, 3 and 4 of mf_ln_rows_cuda for C = 64, 128, 256 with 16-byte aligned rows
  * (ln_rows_hw.cuh): C/8 lanes per row, 16 bytes = 8 channels per lane, xor-shuffle
  * reductions over the row's lanes, rows in grid-stride order over a persistent grid;
  *   variant 2: mf_ln_rows_hw_kernel, LN_HW_U row groups per warp loaded (__ldcs) into
@@ -529,7 +529,7 @@ static void ln_rows_vec_launch(bf16 *y, float *mean, float *rstd, const bf16 *x,
  * two runs are bit-identical. Why: ln_rows_vec_kernel<4, 8> reached 0.135 ms at M = 768²
  * on an H200 (≈ 51 % of the D2D copy bandwidth); dev/cuda/ln_bw_lab.cu times them side by
  * side (not yet measured on the GPU when this was written: variant 1 stays the default).
- * The backward of variants 2 and 3 is variant 1's. */
+ * The backward of variants 2–4 is variant 1's. */
 #define LN_HW_U 4   /* variant 2: row groups per warp in flight */
 #define LN_HWCP_U 2 /* variant 3: row groups per warp per stage */
 #define LN_HWCP_S 4 /* variant 3: stages (32 KiB of shared memory per block) */
