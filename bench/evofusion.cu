@@ -7,7 +7,9 @@
  * the first three also run in each forward variant: "[mma]" (the mma.sync kernels of
  * ln_gemm.cu, variant 2), "[staging]" (LN staging + cuBLAS, variant 1), "[wmma]" (the WMMA
  * fused LN + GEMM, variant 0); the unsuffixed row is the default; "[generic]" and "[gs]"
- * are the previous LayerNorm-row and residual kernels (variant 0 of their setters). Times
+ * are the previous LayerNorm-row and residual kernels (variant 0 of their setters);
+ * "ln_rows[half-warp]" / "[hw-cp.async]" / "[hw-bulk]" the LayerNorm-row forwards of
+ * variants 2 / 3 / 4. Times
  * are medians of CUDA-event timed repetitions after warm-up, on random bf16 inputs. "GB/s"
  * counts the op's unavoidable traffic only (each activation input read once, each
  * activation output written once, bf16; the LN rows: also the fp32 dy and the 8 bytes of
@@ -212,7 +214,8 @@ static void bench_n(int N) {
   /* the LayerNorm row kernels alone (mf_ln_rows_cuda / mf_ln_rows_backward_cuda, FULL):
    * forward x → y (bf16) + mean, rstd; backward dy (fp32), x, mean, rstd → dx (bf16) + the
    * γ/β partials (not counted: parts·2C floats). "[generic]" rows: the generic kernels
-   * (mf_ln_rows_cuda_set_variant(0)). */
+   * (mf_ln_rows_cuda_set_variant(0)); "[half-warp]" / "[hw-cp.async]" / "[hw-bulk]":
+   * the forwards of variants 2 / 3 / 4 (ln_rows_hw.cuh; their backward is the default one). */
   {
     p.dy = (float *)dev_zero((size_t)M * C * 4);
     p.part = (float *)dev_zero((size_t)mf_ln_rows_backward_parts(M) * 2 * C * 4);
@@ -224,6 +227,12 @@ static void bench_n(int N) {
     const int lv = mf_ln_rows_cuda_set_variant(0);
     row("ln_rows[generic]", N, "fwd", median_ms(ln_fwd, &p), bf, 0, 0);
     row("ln_rows[generic]", N, "bwd", median_ms(ln_bwd, &p), bb, 0, 0);
+    mf_ln_rows_cuda_set_variant(2);
+    row("ln_rows[half-warp]", N, "fwd", median_ms(ln_fwd, &p), bf, 0, 0);
+    mf_ln_rows_cuda_set_variant(3);
+    row("ln_rows[hw-cp.async]", N, "fwd", median_ms(ln_fwd, &p), bf, 0, 0);
+    mf_ln_rows_cuda_set_variant(4);
+    row("ln_rows[hw-bulk]", N, "fwd", median_ms(ln_fwd, &p), bf, 0, 0);
     mf_ln_rows_cuda_set_variant(lv);
     MF_CHECK_CUDA(cudaFree(p.dy));
     MF_CHECK_CUDA(cudaFree(p.part));

@@ -575,9 +575,11 @@ static void test_transition_null(int64_t M, int C, int Hd, mf_ln_mode mode, uint
  * the saved ones) and mf_ln_rows_backward_cuda (dx assigned or added, the γ/β partials
  * reduced) against the CPU LayerNorm; run twice with the default (vectorised where the
  * shape allows) kernels and once with the generic ones (mf_ln_rows_cuda_set_variant(0)):
- * all three runs bit-identical. */
+ * all three runs bit-identical. Then twice each with the half-warp forwards (variants 2,
+ * 3 and 4, ln_rows_hw.cuh; C = 64, 128, 256): their sums run in another order, so they are
+ * checked against the CPU reference (same tolerances) and bit-identical on the rerun. */
 static void test_ln_rows(int64_t M, int C, mf_ln_mode mode, int accumulate, uint64_t seed) {
-  char what[160], w2[200];
+  char what[160], w2[256];
   double *x = mf_test_alloc(M * C), *g = mf_test_alloc(C), *b = mf_test_alloc(C);
   double *dy = mf_test_alloc(M * C), *dx0 = mf_test_alloc(M * C);
   double *y = mf_test_alloc(M * C), *mean = mf_test_alloc(M), *rstd = mf_test_alloc(M);
@@ -603,10 +605,15 @@ static void test_ln_rows(int64_t M, int C, mf_ln_mode mode, int accumulate, uint
   float *dg_d = (float *)dev_alloc(C * 4), *db_d = (float *)dev_alloc(C * 4);
   snprintf(what, sizeof what, "ln_rows M=%lld C=%d %s%s", (long long)M, C, mode_name(mode),
            accumulate ? " dx+=" : "");
-  raw_set runs[3] = {};
+  /* runs: the default kernels twice, the generic ones (0), then the half-warp forwards
+   * (variants 2, 3, 4; ln_rows_hw.cuh) twice each */
+  enum { NRUNS = 9 };
+  static const int run_variant[NRUNS] = {-1, -1, 0, 2, 2, 3, 3, 4, 4};
+  raw_set runs[NRUNS] = {};
   const int def = mf_ln_rows_cuda_set_variant(-1);
-  for (int run = 0; run < 3; run++) {
-    mf_ln_rows_cuda_set_variant(run < 2 ? def : 0);
+  char whatv[200];
+  for (int run = 0; run < NRUNS; run++) {
+    mf_ln_rows_cuda_set_variant(run_variant[run] < 0 ? def : run_variant[run]);
     poison(y_d, M * C * 2);
     poison(y2_d, M * C * 2);
     poison(mean_d, M * 4);
@@ -628,17 +635,28 @@ static void test_ln_rows(int64_t M, int C, mf_ln_mode mode, int accumulate, uint
     raw_add(&runs[run], dx_d, M * C * 2);
     raw_add(&runs[run], dg_d, C * 4);
     raw_add(&runs[run], db_d, C * 4);
-    if (run > 0) continue;
-    check_out_stats(what, y_d, y, M * C, mean_d, mean, rstd_d, rstd, M);
-    check_bf16(WHAT("y from saved statistics"), y2_d, y, M * C, TOL);
-    check_bf16(WHAT("dx"), dx_d, dx, M * C, TOL);
-    if (mode != MF_LN_NONE) check_f32(WHAT("dgamma"), dg_d, dg, C, TOL);
-    if (mode == MF_LN_FULL) check_f32(WHAT("dbeta"), db_d, db, C, TOL);
+    if (run != 0 && (run < 3 || run % 2 == 0)) continue;
+    /* the CPU reference: the default run and the first run of each half-warp variant */
+    if (run == 0) snprintf(whatv, sizeof whatv, "%s", what);
+    else snprintf(whatv, sizeof whatv, "%s [variant %d]", what, run_variant[run]);
+    check_out_stats(whatv, y_d, y, M * C, mean_d, mean, rstd_d, rstd, M);
+    snprintf(w2, sizeof w2, "%s: y from saved statistics", whatv);
+    check_bf16(w2, y2_d, y, M * C, TOL);
+    snprintf(w2, sizeof w2, "%s: dx", whatv);
+    check_bf16(w2, dx_d, dx, M * C, TOL);
+    snprintf(w2, sizeof w2, "%s: dgamma", whatv);
+    if (mode != MF_LN_NONE) check_f32(w2, dg_d, dg, C, TOL);
+    snprintf(w2, sizeof w2, "%s: dbeta", whatv);
+    if (mode == MF_LN_FULL) check_f32(w2, db_d, db, C, TOL);
   }
   mf_ln_rows_cuda_set_variant(def);
   MF_TEST(raw_same(&runs[0], &runs[2]), "%s: default kernels bit-identical to the generic ones",
           what);
   raw_free(&runs[2]);
+  for (int hv = 3; hv < NRUNS; hv += 2) { /* the half-warp variants: bit-identical reruns */
+    snprintf(whatv, sizeof whatv, "%s [variant %d]", what, run_variant[hv]);
+    end_runs(&runs[hv], whatv);
+  }
   end_runs(runs, what);
   dev_free_all();
   mf_test_free_all();
@@ -966,6 +984,9 @@ int main(void) {
   test_ln_rows(300, 256, MF_LN_SCALE, 0, s += 20);
   test_ln_rows(129, 40, MF_LN_NONE, 1, s += 20);
   test_ln_rows(77, 384, MF_LN_FULL, 0, s += 20);
+  test_ln_rows(1003, 64, MF_LN_NONE, 0, s += 20); /* half-warp forwards: partial row groups */
+  test_ln_rows(3, 256, MF_LN_FULL, 1, s += 20);
+  test_ln_rows(2, 128, MF_LN_SCALE, 0, s += 20);
 
   test_trimul(7, 128, 128, 1, 0, 0, 0, s += 20);
   test_trimul(7, 128, 128, 0, 1, 0, 0, s += 20);

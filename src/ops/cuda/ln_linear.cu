@@ -11,6 +11,7 @@
 #include "fusion_util.cuh"
 #include "ln_gemm_cuda.h"
 #include "ln_gemm_bwd_cuda.h"
+#include "ln_rows_hw.cuh"
 
 #define LN_ROWS_PER_BLOCK 8 /* warps per block (ln_rows_kernel: RPW rows each) */
 #define LN_BWD_MAX_BLOCKS 1056 /* 8 blocks of 8 warps per SM on 132 SMs */
@@ -486,10 +487,11 @@ static __global__ void __launch_bounds__(LN_ROWS_PER_BLOCK *MF_WARP_SIZE, 4)
   }
 }
 
-/* Whether the vectorised kernels take (C, the row pointers): variant 1, C = 64, 128 or 256,
+/* Whether the vectorised kernels take (C, the row pointers): variant >= 1 (variants 2–4:
+ * the backward, and the forward where the half-warp kernels do not apply), C = 64, 128 or 256,
  * rows aligned to their 2V-byte lane accesses. */
 static int ln_vec_ok(int C, const void *a, const void *b, const void *c) {
-  if (g_ln_rows_variant != 1 || (C != 64 && C != 128 && C != 256)) return 0;
+  if (g_ln_rows_variant < 1 || (C != 64 && C != 128 && C != 256)) return 0;
   const uintptr_t al = (uintptr_t)(C / 16) - 1; /* 2V − 1 bytes, V = C / 32 */
   return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & al) == 0;
 }
@@ -509,6 +511,70 @@ static void ln_rows_vec_launch(bf16 *y, float *mean, float *rstd, const bf16 *x,
   const unsigned blocks = (unsigned)(need < full ? need : full);
   ln_rows_vec_kernel<V, RPW><<<blocks, LN_ROWS_PER_BLOCK * MF_WARP_SIZE, 0, s>>>(
       y, mean, rstd, x, gamma, beta, rows, C, mode, use_saved);
+}
+
+/* ---------------------------------------------------------------- half-warp forwards
+ * Variants 2, 3 and 4 of mf_ln_rows_cuda for C = 64, 128, 256 with 16-byte aligned rows
+ * (ln_rows_hw.cuh): C/8 lanes per row, 16 bytes = 8 channels per lane, xor-shuffle
+ * reductions over the row's lanes, rows in grid-stride order over a persistent grid;
+ *   variant 2: mf_ln_rows_hw_kernel, LN_HW_U row groups per warp loaded (__ldcs) into
+ *              registers before any is reduced;
+ *   variant 3: mf_ln_rows_hw_cp_kernel, the loads through a per-thread cp.async ring of
+ *              LN_HWCP_S stages × LN_HWCP_U groups in shared memory (bytes stay in flight
+ *              while the warp reduces and stores);
+ *   variant 4: mf_ln_rows_hw_bulk_kernel, chunks of LN_HWB_RB rows per block copied by one
+ *              cp.async.bulk each into a ring of LN_HWB_S stages (full/empty mbarriers).
+ * Their sums run in another order than variants 0/1 (8 channels per lane, then a tree over
+ * C/8 lanes), so mean/rstd may differ from those in the last bits and y by one bf16 ulp;
+ * two runs are bit-identical. Why: ln_rows_vec_kernel<4, 8> reached 0.135 ms at M = 768²
+ * on an H200 (≈ 51 % of the D2D copy bandwidth); dev/cuda/ln_bw_lab.cu times them side by
+ * side (not yet measured on the GPU when this was written: variant 1 stays the default).
+ * The backward of variants 2–4 is variant 1's. */
+#define LN_HW_U 4   /* variant 2: row groups per warp in flight */
+#define LN_HWCP_U 2 /* variant 3: row groups per warp per stage */
+#define LN_HWCP_S 4 /* variant 3: stages (32 KiB of shared memory per block) */
+#define LN_HWB_RB 32 /* variant 4: rows per chunk (C = 128: 8 KiB) */
+#define LN_HWB_S 4   /* variant 4: stages (C = 128: 32 KiB of shared memory per block) */
+
+static int ln_hw_ok(int C, const void *y, const void *x) {
+  if (g_ln_rows_variant < 2 || g_ln_rows_variant > 4 || (C != 64 && C != 128 && C != 256))
+    return 0;
+  return (((uintptr_t)y | (uintptr_t)x) & 15) == 0;
+}
+
+/* Resident blocks per SM of a kernel of MF_LN_HW_THREADS threads (at least 1). */
+template <typename K>
+static int ln_hw_occupancy(K kernel) {
+  int occ = 0;
+  MF_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, MF_LN_HW_THREADS, 0));
+  return occ < 1 ? 1 : occ;
+}
+
+template <int LPR>
+static void ln_rows_hw_launch(bf16 *y, float *mean, float *rstd, const bf16 *x, const bf16 *gamma,
+                              const bf16 *beta, int64_t rows, int mode, int use_saved,
+                              cudaStream_t s) {
+  /* C = 256 keeps 32 rows of 512 bytes per bulk chunk only with 2 stages (48 KiB cap) */
+  constexpr int BS = LPR == 32 ? 2 : LN_HWB_S;
+  static int occ[3] = {0, 0, 0}; /* resident blocks per SM (once per instance) */
+  const int k = g_ln_rows_variant - 2;
+  if (!occ[k])
+    occ[k] = k == 0   ? ln_hw_occupancy(mf_ln_rows_hw_kernel<LPR, LN_HW_U, false, false, 4>)
+             : k == 1 ? ln_hw_occupancy(mf_ln_rows_hw_cp_kernel<LPR, LN_HWCP_U, LN_HWCP_S, 4>)
+                      : ln_hw_occupancy(mf_ln_rows_hw_bulk_kernel<LPR, LN_HWB_RB, BS, 4>);
+  const int64_t cap = (int64_t)mf_sm_count() * occ[k];
+  if (k == 0)
+    mf_ln_rows_hw_kernel<LPR, LN_HW_U, false, false, 4>
+        <<<mf_ln_hw_blocks(rows, LPR, LN_HW_U, cap), MF_LN_HW_THREADS, 0, s>>>(
+            y, mean, rstd, x, gamma, beta, rows, mode, use_saved);
+  else if (k == 1)
+    mf_ln_rows_hw_cp_kernel<LPR, LN_HWCP_U, LN_HWCP_S, 4>
+        <<<mf_ln_hw_blocks(rows, LPR, LN_HWCP_U, cap), MF_LN_HW_THREADS, 0, s>>>(
+            y, mean, rstd, x, gamma, beta, rows, mode, use_saved);
+  else
+    mf_ln_rows_hw_bulk_kernel<LPR, LN_HWB_RB, BS, 4>
+        <<<mf_ln_hw_bulk_blocks(rows, LN_HWB_RB, cap), MF_LN_HW_THREADS, 0, s>>>(
+            y, mean, rstd, x, gamma, beta, rows, mode, use_saved);
 }
 
 /* dgamma/dbeta (C) += Σ over parts, in order. */
@@ -583,7 +649,14 @@ static void launch_ln_rows(bf16 *y, float *mean, float *rstd, const bf16 *x, con
                            cudaStream_t s) {
   if (rows <= 0) return;
   const int threads = LN_ROWS_PER_BLOCK * MF_WARP_SIZE;
-  if (ln_vec_ok(C, y, x, x)) { /* the vectorised persistent kernel */
+  if (ln_hw_ok(C, y, x)) { /* variants 2–4: the half-warp kernels */
+    if (C == 128)
+      ln_rows_hw_launch<16>(y, mean, rstd, x, gamma, beta, rows, (int)mode, use_saved, s);
+    else if (C == 64)
+      ln_rows_hw_launch<8>(y, mean, rstd, x, gamma, beta, rows, (int)mode, use_saved, s);
+    else
+      ln_rows_hw_launch<32>(y, mean, rstd, x, gamma, beta, rows, (int)mode, use_saved, s);
+  } else if (ln_vec_ok(C, y, x, x)) { /* the vectorised persistent kernel */
     if (C == 128)
       ln_rows_vec_launch<4, LN_VEC_RPW>(y, mean, rstd, x, gamma, beta, rows, C, (int)mode, use_saved, s);
     else if (C == 64)
