@@ -320,6 +320,24 @@ __device__ __forceinline__ bool all_valid(const uint8_t *s) {
 }
 #define ATT_MS (ATT_BK + 16) /* bytes of one stage of load_mask() */
 
+/* The same for one warp (the TMA kernels' producer warp): lane l takes keys 2l, 2l+1;
+ * returns their bits (1 = in range and valid), mask_put_w() writes the stage (bytes and
+ * the two flags, here both the tile's vote). */
+__device__ __forceinline__ uint32_t mask_fetch_w(const uint8_t *mrow, int k0, int K) {
+  const int c = k0 + 2 * (threadIdx.x % MF_WARP_SIZE);
+  uint32_t m = 0;
+  if (c < K) m = mrow ? (mrow[c] != 0) : 1u;
+  if (c + 1 < K) m |= (mrow ? (mrow[c + 1] != 0) : 1u) << 1;
+  return m;
+}
+__device__ __forceinline__ void mask_put_w(uint8_t *s, uint32_t m) {
+  static_assert(ATT_BK == 2 * MF_WARP_SIZE, "two keys per lane");
+  const int lane = threadIdx.x % MF_WARP_SIZE;
+  *reinterpret_cast<uint16_t *>(s + 2 * lane) = (uint16_t)((m & 1u) | ((m >> 1) << 8));
+  const int all = __all_sync(0xffffffffu, m == 3u);
+  if (lane == 0) reinterpret_cast<int *>(s + ATT_BK)[0] = reinterpret_cast<int *>(s + ATT_BK)[1] = all;
+}
+
 /* Views of a tile in shared memory for the fragment loaders: ptr(row, ch) = the 16-byte
  * chunk ch (8 bf16) of row `row`. tv_pitch: rows PITCH elements apart (the cp.async
  * tiles: (64, DP+8), bias (BQ, ATT_BP)); tv_sw64 / tv_sw128: the boxes that TMA writes with
@@ -714,7 +732,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
 #define TMA_KV 4096    /* bytes of a (64, 32) bf16 tile */
 #define TMA_BIAS 8192  /* bytes of a (64, 64) bf16 bias tile */
 #define TMA_STAGE (2 * TMA_KV + TMA_BIAS)
-#define TMA_FWD_SMEM (2 * TMA_STAGE + TMA_KV + 2 * ATT_MS + 3 * 8 + 1024) /* + alignment slack */
+#define TMA_FWD_SMEM (2 * TMA_STAGE + TMA_KV + 2 * ATT_MS + 5 * 8 + 1024) /* + alignment slack */
 
 /* The tensor maps of one forward call, and where each map puts the logical coordinates
  * (row, h, r, b) of a view: pos[i] = the map dimension (1..4) of logical coordinate i (the
@@ -741,7 +759,10 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
   unsigned char *sb = smem_raw + (base - raw);
   const uint32_t qa = base + 2 * TMA_STAGE;
   uint8_t *Ms = sb + 2 * TMA_STAGE + TMA_KV; /* [2][ATT_MS] */
-  const uint32_t bar = (qa + TMA_KV + 2 * ATT_MS + 7u) & ~7u; /* Q, stage 0, stage 1 */
+  /* barriers: Q; full[2] (the stage's copies and mask flags landed); empty[2] (the 4
+   * warps are done with the stage). No CTA-wide barrier per step: warp 0 refills stage
+   * s for step it + 1 once every warp has arrived on empty[s] after step it − 1. */
+  const uint32_t bar = (qa + TMA_KV + 2 * ATT_MS + 7u) & ~7u, full = bar + 8, empty = bar + 24;
 
   int r, qb, h, b;
   fwd_cta(p, r, qb, h, b);
@@ -753,7 +774,7 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
   const bool has_bias = p.bias != NULL;
   const uint32_t stage_tx = has_bias ? TMA_STAGE : 2 * TMA_KV;
   auto issue = [&](int s, int k0) { /* thread 0: stage s ← key tile at k0 */
-    const uint32_t dst = base + s * TMA_STAGE, fb = bar + 8 + 8 * s;
+    const uint32_t dst = base + s * TMA_STAGE, fb = full + 8 * s;
     mf_mbar_expect_tx(fb, stage_tx);
     tma_view(dst, &tm.k, tm.pk, k0, h, r, b, fb);
     tma_view(dst + TMA_KV, &tm.v, tm.pv, k0, h, r, b, fb);
@@ -762,8 +783,10 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
 
   if (tid == 0) {
     mf_mbar_init(bar, 1);
-    mf_mbar_init(bar + 8, 1);
-    mf_mbar_init(bar + 16, 1);
+    mf_mbar_init(full, 1);
+    mf_mbar_init(full + 8, 1);
+    mf_mbar_init(empty, ATT_WARPS);
+    mf_mbar_init(empty + 8, ATT_WARPS);
     mf_mbar_init_fence();
   }
   if (!has_bias) /* a zero bias tile in both stages, never overwritten */
@@ -771,14 +794,17 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
       for (int i = tid; i < TMA_BIAS / 16; i += ATT_THREADS)
         reinterpret_cast<uint4 *>(sb + s * TMA_STAGE + 2 * TMA_KV)[i] = make_uint4(0, 0, 0, 0);
   __syncthreads();
-  if (tid == 0) {
-    mf_mbar_expect_tx(bar, TMA_KV);
-    tma_view(qa, &tm.q, tm.pq, q0, h, r, b, bar);
-    if (nkb > 0) issue(0, 0);
+  uint32_t mnext = 0; /* warp 0: the next key tile's mask bits */
+  if (warp == 0) {
+    if (nkb > 0) mask_put_w(Ms, mask_fetch_w(mg, 0, K));
+    if (nkb > 1) mnext = mask_fetch_w(mg, ATT_BK, K);
+    __syncwarp();
+    if (lane == 0) {
+      mf_mbar_expect_tx(bar, TMA_KV);
+      tma_view(qa, &tm.q, tm.pq, q0, h, r, b, bar);
+      if (nkb > 0) issue(0, 0);
+    }
   }
-  load_mask(Ms, mg, 0, K);
-  uint32_t mnext = nkb > 1 ? mask_fetch(mg, ATT_BK, K) : 0u;
-  __syncthreads(); /* the first stage's mask flags */
   mf_mbar_wait(bar, 0);
   uint32_t qf[2][4];
   load_a_frags_v<32, true>(qf, tv_sw64{reinterpret_cast<const bf16 *>(sb + 2 * TMA_STAGE)}, warp);
@@ -792,17 +818,22 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
   for (int it = 0; it < nkb; it++) {
     const int st = it & 1;
     if (it + 1 < nkb) {
-      const int k1 = (it + 1) * ATT_BK;
-      if (tid == 0) issue(st ^ 1, k1);
-      mask_put(Ms + (st ^ 1) * ATT_MS, mnext);
-      if (it + 2 < nkb) mnext = mask_fetch(mg, k1 + ATT_BK, K);
+      if (warp == 0) { /* stage st^1 ← key tile it + 1, once step it − 1 is done everywhere */
+        const int k1 = (it + 1) * ATT_BK;
+        if (it >= 1) mf_mbar_wait(empty + 8 * (st ^ 1), (uint32_t)((it - 1) >> 1) & 1u);
+        mask_put_w(Ms + (st ^ 1) * ATT_MS, mnext);
+        if (it + 2 < nkb) mnext = mask_fetch_w(mg, k1 + ATT_BK, K);
+        __syncwarp();
+        if (lane == 0) issue(st ^ 1, k1);
+      }
     } else if (gate_smem) { /* the gate tile (64, 40) into the free stage's K|V bytes */
+      if (it >= 1) mf_mbar_wait(empty + 8 * (st ^ 1), (uint32_t)((it - 1) >> 1) & 1u);
       const row_plan<32> rp(D);
       rp.template load<true>(reinterpret_cast<bf16 *>(sb + (st ^ 1) * TMA_STAGE), gg + (int64_t)q0 * p.sg.row,
                              Q - q0, (int)p.sg.row);
       cp_async_commit<true>();
     }
-    mf_mbar_wait(bar + 8 + 8 * st, (uint32_t)(it >> 1) & 1u);
+    mf_mbar_wait(full + 8 * st, (uint32_t)(it >> 1) & 1u);
     const bf16 *ks = reinterpret_cast<const bf16 *>(sb + st * TMA_STAGE), *vs = ks + TMA_KV / 2;
     const tv_sw128 bs{ks + TMA_KV};
     const uint8_t *ms = Ms + st * ATT_MS;
@@ -843,7 +874,8 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
       o[i][2] *= al1; o[i][3] *= al1;
     }
     mm_pm_v<32, true>(o, s, tv_sw64{vs});
-    __syncthreads(); /* the stage is refilled by the next iteration's copies */
+    __syncwarp();
+    if (lane == 0) mf_mbar_arrive(empty + 8 * st); /* this warp is done with the stage */ /* the stage is refilled by the next iteration's copies */
   }
 
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
@@ -1382,7 +1414,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GQ * GK, minb_bwd(MMA, DP, GQ * 
  * Same arithmetic and order as dbias_kernel: bit-identical dbias. Stage: Q | dO | K | V
  * (4 KB each) | lse·log2e | Di (256 B each). */
 #define TD_STAGE 17408 /* 4·4096 + 512, rounded up to 1 KB */
-#define TD_SMEM (2 * TD_STAGE + ATT_BQ * ATT_BP * 2 + 2 * ATT_MS + 2 * 8 + 1024)
+#define TD_SMEM (2 * TD_STAGE + ATT_BQ * ATT_BP * 2 + 2 * ATT_MS + 4 * 8 + 1024)
 
 __global__ void __launch_bounds__(ATT_THREADS, 4) dbias_tma_kernel(att_params p, const __grid_constant__ att_tmaps tm) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -1390,7 +1422,9 @@ __global__ void __launch_bounds__(ATT_THREADS, 4) dbias_tma_kernel(att_params p,
   unsigned char *sb = smem_raw + (base - raw);
   bf16 *Bs = reinterpret_cast<bf16 *>(sb + 2 * TD_STAGE);
   uint8_t *Ms = sb + 2 * TD_STAGE + ATT_BQ * ATT_BP * 2; /* [2][ATT_MS] */
-  const uint32_t bar = (base + 2 * TD_STAGE + ATT_BQ * ATT_BP * 2 + 2 * ATT_MS + 7u) & ~7u;
+  /* barriers full[2], empty[2]: as in fwd_tma_kernel (warp 0 refills a stage once all
+   * four warps have arrived on its empty barrier; no CTA-wide barrier per row) */
+  const uint32_t bar = (base + 2 * TD_STAGE + ATT_BQ * ATT_BP * 2 + 2 * ATT_MS + 7u) & ~7u, empty = bar + 16;
 
   int64_t idx = blockIdx.x;
   const int64_t per = (int64_t)p.B * p.H * p.nqb * p.nkb; /* CTAs per range of rows */
@@ -1404,7 +1438,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 4) dbias_tma_kernel(att_params p,
   const int warp = tid / MF_WARP_SIZE, lane = tid % MF_WARP_SIZE, gq = lane >> 2;
   const bias_plan bp(p.bl);
   auto mfetch = [&](int r) {
-    return mask_fetch(p.mask ? p.mask + ((int64_t)b * R + r) * K : NULL, k0, K);
+    return mask_fetch_w(p.mask ? p.mask + ((int64_t)b * R + r) * K : NULL, k0, K);
   };
   auto issue = [&](int r, int s) { /* thread 0: stage s ← row r's tiles */
     const uint32_t dst = base + s * TD_STAGE, fb = bar + 8 * s;
@@ -1423,26 +1457,34 @@ __global__ void __launch_bounds__(ATT_THREADS, 4) dbias_tma_kernel(att_params p,
   if (tid == 0) {
     mf_mbar_init(bar, 1);
     mf_mbar_init(bar + 8, 1);
+    mf_mbar_init(empty, ATT_WARPS);
+    mf_mbar_init(empty + 8, ATT_WARPS);
     mf_mbar_init_fence();
   }
   bp.template load<true>(Bs, bg, Q - q0, K - k0);
   cp_async_commit<true>();
   __syncthreads(); /* the barriers */
-  if (tid == 0 && rb < re) issue(rb, 0);
-  if (rb < re) mask_put(Ms, mfetch(rb));
-  uint32_t mnext = rb + 1 < re ? mfetch(rb + 1) : 0u;
+  uint32_t mnext = 0; /* warp 0: the next row's mask bits */
+  if (warp == 0) {
+    if (rb < re) mask_put_w(Ms, mfetch(rb));
+    if (rb + 1 < re) mnext = mfetch(rb + 1);
+    __syncwarp();
+    if (lane == 0 && rb < re) issue(rb, 0);
+  }
   cp_async_wait<true, 0>();
-  __syncthreads(); /* the bias tile and the first row's mask flags */
+  __syncthreads(); /* the bias tile */
   float acc[8][4];
 #pragma unroll
   for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   const int rl0 = warp * 16 + gq, rl1 = rl0 + 8;
   for (int r = rb; r < re; r++) {
     const int st = (r - rb) & 1;
-    if (r + 1 < re) {
-      if (tid == 0) issue(r + 1, st ^ 1);
-      mask_put(Ms + (st ^ 1) * ATT_MS, mnext);
+    if (r + 1 < re && warp == 0) { /* stage st^1 ← row r + 1, once row r − 1 is done everywhere */
+      if (r > rb) mf_mbar_wait(empty + 8 * (st ^ 1), (uint32_t)((r - rb - 1) >> 1) & 1u);
+      mask_put_w(Ms + (st ^ 1) * ATT_MS, mnext);
       if (r + 2 < re) mnext = mfetch(r + 2);
+      __syncwarp();
+      if (lane == 0) issue(r + 1, st ^ 1);
     }
     mf_mbar_wait(bar + 8 * st, (uint32_t)((r - rb) >> 1) & 1u);
     const bf16 *t0 = reinterpret_cast<const bf16 *>(sb + st * TD_STAGE); /* Q, dO, K, V */
@@ -1457,7 +1499,8 @@ __global__ void __launch_bounds__(ATT_THREADS, 4) dbias_tma_kernel(att_params p,
     for (int i = 0; i < 8; i++)
 #pragma unroll
       for (int e = 0; e < 4; e++) acc[i][e] += dp[i][e];
-    __syncthreads(); /* the stage is refilled next */
+    __syncwarp();
+    if (lane == 0) mf_mbar_arrive(empty + 8 * st); /* this warp is done with the stage */
   }
   dbias_store(p, acc, sp, b, h, q0, k0, warp);
 }

@@ -35,6 +35,11 @@ static __device__ __forceinline__ void mf_mbar_expect_tx(uint32_t bar, uint32_t 
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                : "memory");
 }
+/* One plain arrival (release: this thread's earlier shared-memory accesses are ordered
+ * before the phase completes). */
+static __device__ __forceinline__ void mf_mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
 /* Waits until the barrier's phase with this parity has completed. */
 static __device__ __forceinline__ void mf_mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done;
