@@ -26,9 +26,12 @@
  *        order, one cp.async.bulk (TMA linear copy) per chunk into a ring of S stages with
  *        full/empty mbarriers; a: RB = 64, S = 2; b: RB = 32, S = 4; c: RB = 16, S = 4 at
  *        8 blocks/SM;
- *   lib2 the library's variant 2 (mf_ln_rows_cuda_set_variant(2): v3b's kernel), lib3 its
- *        variant 3 (v8a's kernel), lib4 its variant 4 (v9b's kernel).
- * Every LN version is checked against v0 in the same run: y within 1 bf16 ulp everywhere,
+ *   lib2 the library's variant 2 (mf_ln_rows_cuda_set_variant(2): v4b's kernel, the
+ *        default), lib3 its variant 3 (v8a's kernel), lib4 its variant 4 (v9b's kernel).
+ * Every LN version is checked against v0 in the same run: y within 1 bf16 ulp of max(|y|, 1)
+ * everywhere (an element that cancels to near 0 in FULL mode, t·γ + β, moves by many of
+ * its own ulps when the statistics differ in their last bit: the first run, 2026-11-30,
+ * showed up to 32 such ulps at M = 768² with the same statistics to 2e-7),
  * mean within 1e-6 relative to max(|mean|, 1/rstd) (the row's scale: a plain relative
  * error is meaningless for a mean near 0), rstd within 1e-6 relative; FULL at both sizes,
  * and at M = 147456 and M = 1003 also SCALE, NONE and the use_saved path (statistics
@@ -224,7 +227,7 @@ static const version k_versions[] = {
     {"v9a", "hw LN, bulk copy ring RB=64 S=2 (32 KiB/blk)", run_hwbulk<64, 2, 4>, 1},
     {"v9b", "hw LN, bulk copy ring RB=32 S=4 (32 KiB/blk)", run_hwbulk<32, 4, 4>, 1},
     {"v9c", "hw LN, bulk copy ring RB=16 S=4 (16 KiB/blk), 8/SM", run_hwbulk<16, 4, 8>, 1},
-    {"lib2", "lib variant 2 (= v3b)", run_lib2, 1},
+    {"lib2", "lib variant 2 (= v4b, the default)", run_lib2, 1},
     {"lib3", "lib variant 3 (= v8a)", run_lib3, 1},
     {"lib4", "lib variant 4 (= v9b)", run_lib4, 1},
 };
@@ -250,9 +253,6 @@ static __global__ void fill_normal_kernel(bf16 *x, int64_t n, uint64_t seed, flo
   }
 }
 
-static __device__ __forceinline__ int bf16_key(unsigned short u) {
-  return (u & 0x8000) ? -(int)(u & 0x7fff) : (int)u;
-}
 /* res[0] = max |ulp distance| of y vs yr, res[1] = count of distances > 1, res[2] / res[3] =
  * max mean / rstd error as fp32 bits (non-negative; NaN → +inf) when m != NULL. */
 static __global__ void compare_kernel(unsigned long long *res, const bf16 *y, const bf16 *yr, int64_t n,
@@ -264,7 +264,11 @@ static __global__ void compare_kernel(unsigned long long *res, const bf16 *y, co
   for (int64_t i = t0; i < n; i += st) {
     const unsigned short a = __bfloat16_as_ushort(y[i]), b = __bfloat16_as_ushort(yr[i]);
     const bool nan = ((a & 0x7f80) == 0x7f80 && (a & 0x7f)) || ((b & 0x7f80) == 0x7f80 && (b & 0x7f));
-    const unsigned d = nan ? 0xffffu : (unsigned)abs(bf16_key(a) - bf16_key(b));
+    /* in ulps of max(|yr|, 1): a value that cancels to near 0 (t·γ + β) may differ by many
+     * of its own ulps when the statistics differ in their last bit */
+    const float fa = __bfloat162float(y[i]), fb = __bfloat162float(yr[i]);
+    const float ulp = ldexpf(1.0f, ilogbf(fmaxf(fabsf(fb), 1.0f)) - 7);
+    const unsigned d = nan ? 0xffffu : (unsigned)ceilf(fabsf(fa - fb) / ulp);
     dmax = d > dmax ? d : dmax;
     bad += d > 1;
   }
