@@ -34,6 +34,12 @@
  *   fused2_kernel  (the default instead of fused_kernel from 32 query tiles on, N ≥ 2048)
  *                  fused_kernel with CTAs of two warpgroups on pairs of key tiles that
  *                  share the Q/dO tiles and the dQ accumulator (half the slabs in flight).
+ *   fwd_tma_kernel, dbias_tma_kernel, fused_tma_kernel  (the defaults where D = 32 and the
+ *                  views' strides are multiples of 16 bytes; fused_tma below 32 query tiles)
+ *                  fwd_kernel, dbias_kernel and fused_kernel<32, true, 1> with their tiles
+ *                  copied by TMA (tma_ptx.cuh: one thread issues a step's boxes onto an
+ *                  mbarrier; swizzled boxes read through tile views); bit-identical to them.
+ *                  mf_attention_cuda_set_tma(mask) selects (README step 13).
  * Bias and dbias rows are p.bl elements apart (mf_attn_views.bias_row; K when dense): the
  * bias tiles are copied 16 bytes at a time only when p.bl % 8 == 0 (README step 11).
  * No kernel uses atomics; every output element is written by exactly one thread.
