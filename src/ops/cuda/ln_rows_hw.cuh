@@ -19,13 +19,15 @@
  * registers, rstd = 1/sqrt(var + eps), the element-wise roundings pinned with __fsub_rn /
  * __fmul_rn / __fadd_rn), but the sums run over 8 channels per lane and a tree over LPR
  * lanes, so mean/rstd may differ from the 32-lane kernels in the last bits (and y by one
- * bf16 ulp where that moves a rounding). x, y (rows, C) 16-byte aligned; mean, rstd
+ * bf16 ulp of max(|y|, 1) where that moves a rounding: more of its own ulps where t·γ + β
+ * cancels to near 0). x, y (rows, C) 16-byte aligned; mean, rstd
  * (rows) fp32; gamma, beta (C) bf16 of any alignment (read once per thread). */
 #ifndef MF_OPS_CUDA_LN_ROWS_HW_CUH
 #define MF_OPS_CUDA_LN_ROWS_HW_CUH
 
 #include "fusion_util.cuh"
 #include "ops/layernorm.h"
+#include "tma_ptx.cuh"
 
 #define MF_LN_HW_THREADS 256 /* 8 warps per block */
 
@@ -235,35 +237,7 @@ static __global__ void __launch_bounds__(MF_LN_HW_THREADS, MINB)
  * shared memory into registers, arrives on the stage's "empty" mbarrier and reduces them,
  * and thread 0 waits for "empty" before it refills the stage. Rows, lanes and arithmetic
  * as the kernels above. Shared memory: S·RB·C·2 bytes, static (≤ 48 KiB). */
-static __device__ __forceinline__ void mf_lnhw_bulk_g2s(uint32_t dst, const void *src, uint32_t bytes,
-                                                        uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
-static __device__ __forceinline__ void mf_lnhw_mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-static __device__ __forceinline__ void mf_lnhw_mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-static __device__ __forceinline__ void mf_lnhw_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-static __device__ __forceinline__ void mf_lnhw_mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
+/* The copies and barriers: tma_ptx.cuh. */
 template <int LPR, int RB, int S, int MINB>
 static __global__ void __launch_bounds__(MF_LN_HW_THREADS, MINB)
     mf_ln_rows_hw_bulk_kernel(bf16 *__restrict__ y, float *__restrict__ mean, float *__restrict__ rstd,
@@ -282,10 +256,10 @@ static __global__ void __launch_bounds__(MF_LN_HW_THREADS, MINB)
   const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(&ring[0][0]);
   if (tid == 0) {
     for (int k = 0; k < S; k++) {
-      mf_lnhw_mbar_init(bar0 + 8 * k, 1);        /* full: the producer's expect_tx */
-      mf_lnhw_mbar_init(bar0 + 8 * (S + k), NW); /* empty: one arrival per warp */
+      mf_mbar_init(bar0 + 8 * k, 1);        /* full: the producer's expect_tx */
+      mf_mbar_init(bar0 + 8 * (S + k), NW); /* empty: one arrival per warp */
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    mf_mbar_init_fence();
   }
   __syncthreads();
   uint32_t gw[4], bw[4];
@@ -297,8 +271,8 @@ static __global__ void __launch_bounds__(MF_LN_HW_THREADS, MINB)
     if (c >= nchunks) return;
     const int64_t r0 = c * RB, nr = rows - r0 < RB ? rows - r0 : RB;
     const uint32_t bytes = (uint32_t)(nr * C * 2), st = (uint32_t)(t % S);
-    mf_lnhw_mbar_expect_tx(bar0 + 8 * st, bytes);
-    mf_lnhw_bulk_g2s(ring0 + st * CH16 * 16, x + r0 * C, bytes, bar0 + 8 * st);
+    mf_mbar_expect_tx(bar0 + 8 * st, bytes);
+    mf_bulk_load(ring0 + st * CH16 * 16, x + r0 * C, bytes, bar0 + 8 * st);
   };
   if (tid == 0)
     for (int t = 0; t < S - 1; t++) issue(t);
@@ -309,17 +283,17 @@ static __global__ void __launch_bounds__(MF_LN_HW_THREADS, MINB)
     if (tid == 0) { /* refill the stage chunk t − 1 used, once every warp has read it */
       if (t >= 1) {
         const int64_t tp = t - 1;
-        mf_lnhw_mbar_wait(bar0 + 8 * (S + (uint32_t)(tp % S)), (uint32_t)((tp / S) & 1));
+        mf_mbar_wait(bar0 + 8 * (S + (uint32_t)(tp % S)), (uint32_t)((tp / S) & 1));
       }
       issue(t + S - 1);
     }
-    mf_lnhw_mbar_wait(bar0 + 8 * st, (uint32_t)((t / S) & 1));
+    mf_mbar_wait(bar0 + 8 * st, (uint32_t)((t / S) & 1));
     uint4 u[U];
 #pragma unroll
     for (int j = 0; j < U; j++) /* group w + NW·j of the chunk */
       u[j] = ring[st][((w + NW * j) * RPW + sub) * (C / 8) + sl];
     __syncwarp();
-    if (lane == 0) mf_lnhw_mbar_arrive(bar0 + 8 * (S + st));
+    if (lane == 0) mf_mbar_arrive(bar0 + 8 * (S + st));
 #pragma unroll
     for (int j = 0; j < U; j++) {
       const int64_t r = c * RB + (w + NW * j) * RPW + sub;

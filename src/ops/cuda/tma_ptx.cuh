@@ -82,21 +82,19 @@ static __device__ __forceinline__ void mf_bulk_load(uint32_t dst, const void *sr
       : "memory");
 }
 
-/* Host: the driver's cuTensorMapEncodeTiled, or NULL where the driver has none. */
+/* Host: the driver's cuTensorMapEncodeTiled, or NULL where the driver has none (looked up
+ * once; a function-local static is initialised thread-safely). */
+static inline PFN_cuTensorMapEncodeTiled_v12000 mf_tma_lookup(void) {
+  void *p = NULL;
+  cudaDriverEntryPointQueryResult q;
+  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+      q == cudaDriverEntryPointSuccess)
+    return (PFN_cuTensorMapEncodeTiled_v12000)p;
+  (void)cudaGetLastError();
+  return NULL;
+}
 static inline PFN_cuTensorMapEncodeTiled_v12000 mf_tma_encoder(void) {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
-  static int tried = 0;
-  if (!tried) {
-    void *p = NULL;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
-            cudaSuccess &&
-        q == cudaDriverEntryPointSuccess)
-      fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
-    else
-      (void)cudaGetLastError();
-    tried = 1;
-  }
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = mf_tma_lookup();
   return fn;
 }
 
