@@ -765,9 +765,11 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
   unsigned char *sb = smem_raw + (base - raw);
   const uint32_t qa = base + 2 * TMA_STAGE;
   uint8_t *Ms = sb + 2 * TMA_STAGE + TMA_KV; /* [2][ATT_MS] */
-  /* barriers: Q; full[2] (the stage's copies and mask flags landed); empty[2] (the 4
-   * warps are done with the stage). No CTA-wide barrier per step: warp 0 refills stage
-   * s for step it + 1 once every warp has arrived on empty[s] after step it − 1. */
+  /* barriers: Q; full[2] (the stage's copies and mask flags landed: warp 0's 32 lanes
+   * arrive, lane 0 with the copies' bytes); empty[2] (all 128 threads are done with the
+   * stage: each arrives after its own last read, so every access is ordered by its own
+   * release). No CTA-wide barrier per step: warp 0 refills stage s for step it + 1 once
+   * empty[s] has completed for step it − 1. */
   const uint32_t bar = (qa + TMA_KV + 2 * ATT_MS + 7u) & ~7u, full = bar + 8, empty = bar + 24;
 
   int r, qb, h, b;
@@ -789,10 +791,10 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
 
   if (tid == 0) {
     mf_mbar_init(bar, 1);
-    mf_mbar_init(full, 1);
-    mf_mbar_init(full + 8, 1);
-    mf_mbar_init(empty, ATT_WARPS);
-    mf_mbar_init(empty + 8, ATT_WARPS);
+    mf_mbar_init(full, MF_WARP_SIZE); /* warp 0's lanes (one with the copies' bytes) */
+    mf_mbar_init(full + 8, MF_WARP_SIZE);
+    mf_mbar_init(empty, ATT_THREADS); /* every thread, after its last read of the stage */
+    mf_mbar_init(empty + 8, ATT_THREADS);
     mf_mbar_init_fence();
   }
   if (!has_bias) /* a zero bias tile in both stages, never overwritten */
@@ -804,11 +806,12 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
   if (warp == 0) {
     if (nkb > 0) mask_put_w(Ms, mask_fetch_w(mg, 0, K));
     if (nkb > 1) mnext = mask_fetch_w(mg, ATT_BK, K);
-    __syncwarp();
     if (lane == 0) {
       mf_mbar_expect_tx(bar, TMA_KV);
       tma_view(qa, &tm.q, tm.pq, q0, h, r, b, bar);
       if (nkb > 0) issue(0, 0);
+    } else if (nkb > 0) {
+      mf_mbar_arrive(full); /* this lane's mask bytes of stage 0 */
     }
   }
   mf_mbar_wait(bar, 0);
@@ -829,8 +832,8 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
         if (it >= 1) mf_mbar_wait(empty + 8 * (st ^ 1), (uint32_t)((it - 1) >> 1) & 1u);
         mask_put_w(Ms + (st ^ 1) * ATT_MS, mnext);
         if (it + 2 < nkb) mnext = mask_fetch_w(mg, k1 + ATT_BK, K);
-        __syncwarp();
         if (lane == 0) issue(st ^ 1, k1);
+        else mf_mbar_arrive(full + 8 * (st ^ 1)); /* this lane's mask bytes */
       }
     } else if (gate_smem) { /* the gate tile (64, 40) into the free stage's K|V bytes */
       if (it >= 1) mf_mbar_wait(empty + 8 * (st ^ 1), (uint32_t)((it - 1) >> 1) & 1u);
@@ -880,8 +883,7 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
       o[i][2] *= al1; o[i][3] *= al1;
     }
     mm_pm_v<32, true>(o, s, tv_sw64{vs});
-    __syncwarp();
-    if (lane == 0) mf_mbar_arrive(empty + 8 * st); /* this warp is done with the stage */ /* the stage is refilled by the next iteration's copies */
+    mf_mbar_arrive(empty + 8 * st); /* this thread is done with the stage */
   }
 
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
@@ -1429,7 +1431,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 4) dbias_tma_kernel(att_params p,
   bf16 *Bs = reinterpret_cast<bf16 *>(sb + 2 * TD_STAGE);
   uint8_t *Ms = sb + 2 * TD_STAGE + ATT_BQ * ATT_BP * 2; /* [2][ATT_MS] */
   /* barriers full[2], empty[2]: as in fwd_tma_kernel (warp 0 refills a stage once all
-   * four warps have arrived on its empty barrier; no CTA-wide barrier per row) */
+   * 128 threads have arrived on its empty barrier; no CTA-wide barrier per row) */
   const uint32_t bar = (base + 2 * TD_STAGE + ATT_BQ * ATT_BP * 2 + 2 * ATT_MS + 7u) & ~7u, empty = bar + 16;
 
   int64_t idx = blockIdx.x;
@@ -1461,10 +1463,10 @@ __global__ void __launch_bounds__(ATT_THREADS, 4) dbias_tma_kernel(att_params p,
   /* rows [rb, re) of range sp (all rows when rs = 1), in order */
   const int rb = (int)((int64_t)sp * R / p.rs), re = (int)((int64_t)(sp + 1) * R / p.rs);
   if (tid == 0) {
-    mf_mbar_init(bar, 1);
-    mf_mbar_init(bar + 8, 1);
-    mf_mbar_init(empty, ATT_WARPS);
-    mf_mbar_init(empty + 8, ATT_WARPS);
+    mf_mbar_init(bar, MF_WARP_SIZE); /* warp 0's lanes (one with the copies' bytes) */
+    mf_mbar_init(bar + 8, MF_WARP_SIZE);
+    mf_mbar_init(empty, ATT_THREADS); /* every thread, after its last read of the stage */
+    mf_mbar_init(empty + 8, ATT_THREADS);
     mf_mbar_init_fence();
   }
   bp.template load<true>(Bs, bg, Q - q0, K - k0);
@@ -1474,8 +1476,8 @@ __global__ void __launch_bounds__(ATT_THREADS, 4) dbias_tma_kernel(att_params p,
   if (warp == 0) {
     if (rb < re) mask_put_w(Ms, mfetch(rb));
     if (rb + 1 < re) mnext = mfetch(rb + 1);
-    __syncwarp();
     if (lane == 0 && rb < re) issue(rb, 0);
+    else if (rb < re) mf_mbar_arrive(bar); /* this lane's mask bytes of stage 0 */
   }
   cp_async_wait<true, 0>();
   __syncthreads(); /* the bias tile */
@@ -1489,8 +1491,8 @@ __global__ void __launch_bounds__(ATT_THREADS, 4) dbias_tma_kernel(att_params p,
       if (r > rb) mf_mbar_wait(empty + 8 * (st ^ 1), (uint32_t)((r - rb - 1) >> 1) & 1u);
       mask_put_w(Ms + (st ^ 1) * ATT_MS, mnext);
       if (r + 2 < re) mnext = mfetch(r + 2);
-      __syncwarp();
       if (lane == 0) issue(r + 1, st ^ 1);
+      else mf_mbar_arrive(bar + 8 * (st ^ 1)); /* this lane's mask bytes */
     }
     mf_mbar_wait(bar + 8 * st, (uint32_t)((r - rb) >> 1) & 1u);
     const bf16 *t0 = reinterpret_cast<const bf16 *>(sb + st * TD_STAGE); /* Q, dO, K, V */
@@ -1505,8 +1507,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 4) dbias_tma_kernel(att_params p,
     for (int i = 0; i < 8; i++)
 #pragma unroll
       for (int e = 0; e < 4; e++) acc[i][e] += dp[i][e];
-    __syncwarp();
-    if (lane == 0) mf_mbar_arrive(empty + 8 * st); /* this warp is done with the stage */
+    mf_mbar_arrive(empty + 8 * st); /* this thread is done with the stage */
   }
   dbias_store(p, acc, sp, b, h, q0, k0, warp);
 }
