@@ -1668,6 +1668,53 @@ __global__ void dbias_reduce_kernel(bf16 *dbias, const float *part, int rs, int6
  * the barrier that follows the previous step's last reads, so no end-of-step barrier;
  * 2 = 1 with the dV, dK products moved after the dSᵀ barrier, beside the dQ products.
  * dq, dk, dv (B,R,H,·,D); p.dqacc (gridDim.x, nqb, 4, DP/8, 32) float4 when GACC. */
+/* The dQ step of fused_kernel / fused_tma_kernel (after the dSᵀ barrier): this warp's dQ
+ * rows it·64 + 16·warp + [0, 16) += dS (16, 64 keys) · K (64, DP) with dS from St (keys,
+ * queries; pitch BQ + 8) and K from Ks (pitch DP + 8); the running sum comes from the
+ * accumulator slots (stage st in shared memory in the global mode, tile it otherwise; none
+ * for the first key tile) and goes back to them (global scratch, or shared memory), or,
+ * for the last key tile, to dq scaled by p.scale. */
+template <int DP, bool GACC>
+__device__ __forceinline__ void fused_dq_step(const att_params &p, float4 *Acc, float4 *gacc, const bf16 *St,
+                                              const bf16 *Ks, int it, int st, int kb, int nkb, int b, int r,
+                                              int h, int warp, int lane, int Q, int D) {
+  constexpr bool MMA = true;
+  constexpr int TP = DP + 8, ND = DP / 8, SP = ATT_BQ + 8;
+  auto slot = [&](int i, int nd) { return ((i * ATT_WARPS + warp) * ND + nd) * 32 + lane; };
+  float c[ND][4];
+#pragma unroll
+  for (int nd = 0; nd < ND; nd++) {
+    if (kb == 0) {
+      c[nd][0] = c[nd][1] = c[nd][2] = c[nd][3] = 0.f;
+    } else {
+      const float4 a = Acc[slot(GACC ? st : it, nd)];
+      c[nd][0] = a.x; c[nd][1] = a.y; c[nd][2] = a.z; c[nd][3] = a.w;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 4; j++) { /* keys 16j..16j+15 */
+    uint32_t a[4];
+    ldsm_x4<MMA, true>(a, St + (j * 16 + (lane / 16) * 8 + lane % 8) * SP + warp * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+    for (int n2 = 0; n2 < DP / 16; n2++) {
+      uint32_t bk[4];
+      ldsm_x4<MMA, true>(bk, Ks + (j * 16 + ((lane / 8) % 2) * 8 + lane % 8) * TP + n2 * 16 + (lane / 16) * 8);
+      mma_16816<MMA>(c[2 * n2], a, bk[0], bk[1]);
+      mma_16816<MMA>(c[2 * n2 + 1], a, bk[2], bk[3]);
+    }
+  }
+  if (kb == nkb - 1) {
+    store_rows<DP>(p.dq + vofs(p.sdq, b, r, h), c, it * ATT_BQ + warp * 16, Q, D, p.sdq.row, p.scale);
+  } else {
+#pragma unroll
+    for (int nd = 0; nd < ND; nd++) {
+      const float4 v = make_float4(c[nd][0], c[nd][1], c[nd][2], c[nd][3]);
+      if (GACC) gacc[slot(it, nd)] = v;
+      else Acc[slot(it, nd)] = v;
+    }
+  }
+}
+
 template <int DP, bool GACC, int SCHED>
 __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_kernel(att_params p) {
   constexpr bool MMA = true;
@@ -1756,39 +1803,7 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
         }
         __syncthreads();             /* dSᵀ complete */
 
-        /* dQ rows it·64 + 16·warp + [0, 16) += dS (16, 64 keys) · K (64, DP) */
-        float c[ND][4];
-#pragma unroll
-        for (int nd = 0; nd < ND; nd++) {
-          if (kb == 0) {
-            c[nd][0] = c[nd][1] = c[nd][2] = c[nd][3] = 0.f;
-          } else {
-            const float4 a = Acc[slot(GACC ? st : it, nd)];
-            c[nd][0] = a.x; c[nd][1] = a.y; c[nd][2] = a.z; c[nd][3] = a.w;
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < 4; j++) { /* keys 16j..16j+15 */
-          uint32_t a[4];
-          ldsm_x4<MMA, true>(a, St + (j * 16 + (lane / 16) * 8 + lane % 8) * SP + warp * 16 + ((lane / 8) % 2) * 8);
-#pragma unroll
-          for (int n2 = 0; n2 < DP / 16; n2++) {
-            uint32_t bk[4];
-            ldsm_x4<MMA, true>(bk, Ks + (j * 16 + ((lane / 8) % 2) * 8 + lane % 8) * TP + n2 * 16 + (lane / 16) * 8);
-            mma_16816<MMA>(c[2 * n2], a, bk[0], bk[1]);
-            mma_16816<MMA>(c[2 * n2 + 1], a, bk[2], bk[3]);
-          }
-        }
-        if (kb == nkb - 1) {
-          store_rows<DP>(p.dq + vofs(p.sdq, b, r, h), c, it * ATT_BQ + warp * 16, Q, D, p.sdq.row, p.scale);
-        } else {
-#pragma unroll
-          for (int nd = 0; nd < ND; nd++) {
-            const float4 v = make_float4(c[nd][0], c[nd][1], c[nd][2], c[nd][3]);
-            if (GACC) gacc[slot(it, nd)] = v;
-            else Acc[slot(it, nd)] = v;
-          }
-        }
+        fused_dq_step<DP, GACC>(p, Acc, gacc, St, Ks, it, st, kb, nkb, b, r, h, warp, lane, Q, D);
         if constexpr (SCHED == 2) { /* after the barrier, beside the dQ products */
           mm_pm<DP, MMA>(dv, s, dos);
           mm_pm<DP, MMA>(dk, dp, qs);
@@ -1826,7 +1841,7 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, 32, 1)) fused_tma
   uint8_t *Ms = reinterpret_cast<uint8_t *>(Acc + 2 * ATT_WARPS * ND * 32);
   const uint32_t bar = (mf_smem_u32(Ms) + ATT_MS + 7u) & ~7u;
 
-  const int Q = p.Q, K = p.K, D = p.D, nqb = p.nqb, nkb = p.nkb, tid = threadIdx.x;
+  const int K = p.K, D = p.D, nqb = p.nqb, nkb = p.nkb, tid = threadIdx.x;
   const int warp = tid / MF_WARP_SIZE, lane = tid % MF_WARP_SIZE;
   const row_plan<DP> rp(D);
   const int64_t nslab = (int64_t)p.B * p.R * p.H;
@@ -1905,35 +1920,7 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, 32, 1)) fused_tma
         mm_pm_v<DP, MMA>(dk, dp, tv_sw64{qs}); /* dK += dSᵀ·Q */
         __syncthreads();                       /* dSᵀ complete */
 
-        /* dQ rows it·64 + 16·warp + [0, 16) += dS (16, 64 keys) · K (64, DP) */
-        float c[ND][4];
-#pragma unroll
-        for (int nd = 0; nd < ND; nd++) {
-          if (kb == 0) {
-            c[nd][0] = c[nd][1] = c[nd][2] = c[nd][3] = 0.f;
-          } else {
-            const float4 a = Acc[slot(st, nd)];
-            c[nd][0] = a.x; c[nd][1] = a.y; c[nd][2] = a.z; c[nd][3] = a.w;
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < 4; j++) { /* keys 16j..16j+15 */
-          uint32_t a[4];
-          ldsm_x4<MMA, true>(a, St + (j * 16 + (lane / 16) * 8 + lane % 8) * SP + warp * 16 + ((lane / 8) % 2) * 8);
-#pragma unroll
-          for (int n2 = 0; n2 < DP / 16; n2++) {
-            uint32_t bk[4];
-            ldsm_x4<MMA, true>(bk, Ks + (j * 16 + ((lane / 8) % 2) * 8 + lane % 8) * TP + n2 * 16 + (lane / 16) * 8);
-            mma_16816<MMA>(c[2 * n2], a, bk[0], bk[1]);
-            mma_16816<MMA>(c[2 * n2 + 1], a, bk[2], bk[3]);
-          }
-        }
-        if (kb == nkb - 1) {
-          store_rows<DP>(p.dq + vofs(p.sdq, b, r, h), c, it * ATT_BQ + warp * 16, Q, D, p.sdq.row, p.scale);
-        } else {
-#pragma unroll
-          for (int nd = 0; nd < ND; nd++) gacc[slot(it, nd)] = make_float4(c[nd][0], c[nd][1], c[nd][2], c[nd][3]);
-        }
+        fused_dq_step<DP, true>(p, Acc, gacc, St, Ks, it, st, kb, nkb, b, r, h, warp, lane, p.Q, D);
       }
       if (p.dk) store_rows<DP>(p.dk + vofs(p.sdk, b, r, h), dk, k0 + warp * 16, K, D, p.sdk.row, p.scale);
       if (p.dv) store_rows<DP>(p.dv + vofs(p.sdv, b, r, h), dv, k0 + warp * 16, K, D, p.sdv.row, 1.f);
