@@ -181,6 +181,8 @@ int main(int argc, char **argv) {
   }
   /* MF_ATT_TMA=mask: the TMA kernels (mf_attention_cuda_set_tma), for A/B runs */
   if (getenv("MF_ATT_TMA")) mf_attention_cuda_set_tma(atoi(getenv("MF_ATT_TMA")));
+  /* MF_ATT_FUSED_PER_SM=k: the TMA fused pass on at most k CTAs per SM (mf_attention_cuda_set_fused_grid) */
+  if (getenv("MF_ATT_FUSED_PER_SM")) mf_attention_cuda_set_fused_grid(atoi(getenv("MF_ATT_FUSED_PER_SM")));
   cudaDeviceProp prop;
   MF_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);

@@ -2477,9 +2477,25 @@ static size_t fused_scratch_bytes(const att_params &p) {
 /* The fused pass with fused_tma_kernel on `grid` CTAs (the global-accumulator mode's grid,
  * for which the scratch is sized) when it applies (D = 32, maps of q, dO, k, v and the bias
  * the driver accepts); false: the caller runs fused_kernel. */
+static int g_fused_per_sm = 0; /* mf_attention_cuda_set_fused_grid */
+
+extern "C" int mf_attention_cuda_set_fused_grid(int per_sm) {
+  const int old = g_fused_per_sm;
+  g_fused_per_sm = per_sm < 0 ? 0 : per_sm;
+  return old;
+}
+
 static bool fused_tma(const att_params &p, int64_t grid, cudaStream_t stream) {
   if (!(g_tma & MF_ATT_TMA_FUSED) || p.D != 32 || p.Q == 0 || p.K == 0 || (p.bias && p.bl % 8 != 0))
     return false;
+  if (g_fused_per_sm > 0) { /* a smaller persistent grid (fewer slabs in flight); the scratch is
+                              * sized for the default one, so never a larger one */
+    int dev = 0, sms = 0;
+    MF_CHECK_CUDA(cudaGetDevice(&dev));
+    MF_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int64_t cap = (int64_t)sms * g_fused_per_sm;
+    if (cap < grid) grid = cap;
+  }
   att_tmaps tm;
   memset(&tm, 0, sizeof tm);
   if (!view_map(&tm.q, tm.pq, p.q, p.sq, p.Q, p) || !view_map(&tm.dO, tm.pd, p.dO, p.sdO, p.Q, p))

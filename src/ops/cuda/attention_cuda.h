@@ -140,6 +140,9 @@ int mf_attention_cuda_set_dbias_wg(int on);
 #define MF_ATT_TMA_DBIAS 4
 #define MF_ATT_TMA_FUSED 8
 int mf_attention_cuda_set_tma(int mask);
+/* The TMA fused pass's persistent grid, for the lab: at most per_sm CTAs per SM (0, the
+ * default: as many as fit, 3 at D = 32). Returns the previous setting. */
+int mf_attention_cuda_set_fused_grid(int per_sm);
 /* How many launches of a TMA kernel this process has made (for the tests). */
 long mf_attention_cuda_tma_calls(void);
 int mf_attention_cuda_set_variant(int variant);
