@@ -830,6 +830,19 @@ int main(void) {
   if (!gpu_test_begin("test_fusion_gpu")) return mf_test_end();
   mf_cuda_blas_create(&g_blas, 0);
   uint64_t s = 100;
+  if (getenv("MF_FUSION_TEST_WG")) { /* the wgmma kernels alone, few shapes (compute-sanitizer) */
+    mf_ln_gemm_bwd_set_variant(7);
+    test_ln_linear(1000, 128, 128, MF_LN_FULL, 1, 0, s += 20, 3);
+    test_ln_linear(129, 64, 64, MF_LN_SCALE, 1, 0, s += 20, 3);
+    test_gated(300, 128, 128, MF_LN_FULL, 1, 0, s += 20, 3);
+    test_gated(300, 128, 192, MF_LN_SCALE, 1, 0, s += 20, 3);
+    test_gated(17000, 128, 128, MF_LN_NONE, 1, 0, s += 20, 3); /* two tiles on one CTA */
+    test_transition(300, 128, 512, MF_LN_FULL, 1, 0, s += 20, 3);
+    test_transition(129, 128, 128, MF_LN_NONE, 0, 0, s += 20, 3);
+    mf_ln_gemm_bwd_set_variant(-1);
+    mf_cuda_blas_destroy(&g_blas);
+    return mf_test_end();
+  }
 
   /* variant 3: the wgmma kernel of ln_gemm_wg.cu where the shape allows it (C 64/128,
    * O % 64 == 0; else 2); 2: the mma.sync kernels of ln_gemm.cu where the shape allows it
@@ -960,6 +973,10 @@ int main(void) {
       test_gated(17000, 128, 128, MF_LN_FULL, 1, 0, s += 20, 3);
       test_gated(300, 128, 64, MF_LN_NONE, 0, 0, s += 20, 3);
       test_gated(1000, 128, 192, MF_LN_SCALE, 1, 0, s += 20, 3);
+      /* two and three tiles per CTA: the raw-row / y buffers swap roles tile by tile, the
+       * weights stay resident (gated O = 128) or stream (transition) */
+      test_gated(40000, 128, 128, MF_LN_SCALE, 1, 0, s += 20, 3);
+      test_transition(40000, 128, 512, MF_LN_FULL, 1, 0, s += 20, 3);
     }
   }
   mf_ln_gemm_bwd_set_variant(-1);

@@ -58,7 +58,9 @@ struct tb_layout {
   static constexpr int STG = 2 * 64 * 128;
   static constexpr int wab = 0, wo = 2 * WAB, ya = wo + 2 * WO, ds = ya + YA, xs = ds + DS;
   static constexpr int stg = xs + XS;
-  static constexpr int bytes = stg + 2 * STG + 1024; /* + the alignment slack */
+  static constexpr int ST = (2 * LG_BM + 2 * TB_C) * 4; /* the tile's mean, rstd; γ, β (fp32) */
+  static constexpr int st = stg + 2 * STG;
+  static constexpr int bytes = st + ST + 1024; /* + the alignment slack */
 };
 static_assert(tb_layout<MF_LGB_SWIGLU>::bytes <= 227 * 1024, "ln_gemm_bwd_wg: shared memory");
 static_assert(tb_layout<MF_LGB_GATED>::bytes <= 227 * 1024, "ln_gemm_bwd_wg: shared memory");
@@ -94,11 +96,20 @@ static __device__ __forceinline__ void tb_load_w(unsigned char *wab, unsigned ch
     }
 }
 
-/* Raw rows of tile t into xs (plain) and its dout rows (width W) into ds (swizzled, W/64
- * blocks); rows >= M zero. */
-static __device__ __forceinline__ void tb_load_tile(bf16 *xs, unsigned char *ds, const bf16 *x,
-                                                    const bf16 *dout, int W, int64_t t,
-                                                    int64_t ntiles, int64_t M) {
+/* 4 bytes global → shared, zero-filled when !ok */
+static __device__ __forceinline__ void tb_cp4(void *dst, const void *src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(mf_smem_u32(dst)), "l"(src),
+               "r"(ok ? 4 : 0)
+               : "memory");
+}
+
+/* Raw rows of tile t into xs and its dout rows (width W) into ds (both swizzled, C/64 and
+ * W/64 blocks), and (mean != NULL) its rows' mean and rstd into st[0..LG_BM) and
+ * st[LG_BM..2·LG_BM); rows >= M zero. */
+static __device__ __forceinline__ void tb_load_tile(unsigned char *xs, unsigned char *ds,
+                                                    float *st, const bf16 *x, const bf16 *dout,
+                                                    const float *mean, const float *rstd, int W,
+                                                    int64_t t, int64_t ntiles, int64_t M) {
   if (t >= ntiles) return;
   const int64_t m0 = t * LG_BM;
   constexpr int P = LG_BM * (TB_C / 8);
@@ -107,7 +118,14 @@ static __device__ __forceinline__ void tb_load_tile(bf16 *xs, unsigned char *ds,
     const int idx = (int)threadIdx.x + i * TB_THREADS;
     const int r = idx / (TB_C / 8), p = idx % (TB_C / 8);
     const bool ok = m0 + r < M;
-    tb_cp16(xs + r * TB_C + p * 8, x + (ok ? (m0 + r) * TB_C + p * 8 : 0), ok);
+    tb_cp16(xs + (p / 8) * (LG_BM * 128) + mf_sw128_chunk(r, p % 8),
+            x + (ok ? (m0 + r) * TB_C + p * 8 : 0), ok);
+  }
+  static_assert(2 * LG_BM == TB_THREADS, "tb_load_tile: one statistic per thread");
+  if (mean) {
+    const int r = (int)threadIdx.x % LG_BM;
+    const bool ok = m0 + r < M;
+    tb_cp4(st + threadIdx.x, ((int)threadIdx.x < LG_BM ? mean : rstd) + (ok ? m0 + r : 0), ok);
   }
   for (int idx = (int)threadIdx.x; idx < LG_BM * (W / 8); idx += TB_THREADS) {
     const int r = idx / (W / 8), p = idx % (W / 8);
@@ -190,45 +208,78 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
   constexpr float inv_c = 1.0f / (float)C;
   extern __shared__ unsigned char tb_raw[];
   unsigned char *sm = tb_raw + ((1024u - (mf_smem_u32(tb_raw) & 1023u)) & 1023u);
-  unsigned char *wab0 = sm + L::wab, *wo0 = sm + L::wo, *ya = sm + L::ya, *ds = sm + L::ds;
-  bf16 *xs = (bf16 *)(sm + L::xs);
+  unsigned char *wab0 = sm + L::wab, *wo0 = sm + L::wo, *ds = sm + L::ds;
+  float *st = (float *)(sm + L::st); /* the tile's mean, rstd (LG_BM each), then γ, β (C each) */
   const int lane = threadIdx.x & 31, warp = lg_warp_id(), wg = warp >> 2, wl = warp & 3;
   const int t4 = lane & 3, g8 = lane >> 2;
   const int64_t ntiles = (M + LG_BM - 1) / LG_BM;
   const int nch = Hd / TB_HC;
+  /* at most two chunks: both stay in the two weight buffers (chunk j in buffer j), loaded
+   * once; otherwise they stream through them */
+  const bool resident = nch <= 2;
   const bool dx_on = dinp != NULL || part != NULL;
-  /* γ, β of the lane's LayerNorm-forward channels (pairs 2·lane + 64·i) */
-  float g_ln[4], b_ln[4];
-  lg_ln_params<C>(g_ln, b_ln, gamma, beta, mode, lane);
+  const float *mean_ld = mode != MF_LN_IDENTITY ? mean : NULL; /* statistics to stage */
+  if ((int)threadIdx.x < C) { /* γ, β (read after the first barrier) */
+    st[2 * LG_BM + threadIdx.x] =
+        (mode == MF_LN_FULL || mode == MF_LN_SCALE) ? mf_bf16_to_f32(gamma[threadIdx.x]) : 1.0f;
+    st[2 * LG_BM + C + threadIdx.x] = mode == MF_LN_FULL ? mf_bf16_to_f32(beta[threadIdx.x]) : 0.0f;
+  }
   /* dγ, dβ column partials kept by this lane: columns 8·i + 2·t4 + e for i = 2·g8, 2·g8 + 1 */
   float pg[4] = {0.f, 0.f, 0.f, 0.f}, pb[4] = {0.f, 0.f, 0.f, 0.f};
-  const uint32_t ya_u = mf_smem_u32(ya) + wg * 64 * 128, ds_u = mf_smem_u32(ds) + wg * 64 * 128;
+  const uint32_t ds_u = mf_smem_u32(ds) + wg * 64 * 128;
 
-  tb_load_w<KIND>(wab0, wo0, w_ab, w_o, (int)(blockIdx.x % (unsigned)nch), Hd);
-  tb_load_tile(xs, ds, inp, dout, W, blockIdx.x, ntiles, M);
+  if (resident) {
+    tb_load_w<KIND>(wab0, wo0, w_ab, w_o, 0, Hd);
+    if (nch == 2) tb_load_w<KIND>(wab0 + L::WAB, wo0 + L::WO, w_ab, w_o, 1, Hd);
+  } else {
+    tb_load_w<KIND>(wab0, wo0, w_ab, w_o, (int)(blockIdx.x % (unsigned)nch), Hd);
+  }
+  /* the raw rows and y alternate between the buffers xs and ya tile by tile: the next
+   * tile's rows land in this tile's y buffer once its last [W_1; W_2] GEMM has read it, and
+   * this tile's rows stay for its LayerNorm backward */
+  tb_load_tile(sm + L::xs, ds, st, inp, dout, mean_ld, rstd, W, blockIdx.x, ntiles, M);
   mf_cp_async_commit();
-  int q = 0; /* chunks done by this CTA: weight buffer q & 1 */
-  for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+  int q = 0;  /* chunks done by this CTA: weight buffer q & 1 (streamed weights) */
+  int tk = 0; /* tiles done by this CTA */
+  for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x, tk++) {
     const int64_t m0 = t * LG_BM;
     const int rows = (int)(M - m0 < LG_BM ? M - m0 : LG_BM);
+    unsigned char *xr = sm + ((tk & 1) ? L::ya : L::xs); /* this tile's raw rows */
+    unsigned char *ya = sm + ((tk & 1) ? L::xs : L::ya); /* its y, then the next raw rows */
+    const uint32_t ya_u = mf_smem_u32(ya) + wg * 64 * 128;
     mf_cp_async_wait<0>();
-    __syncthreads(); /* xs, ds and weight chunk s0 of this tile are here */
+    __syncthreads(); /* xr, ds, the statistics and weight chunk s0 of this tile are here */
 
-    /* y = LN(x) with the saved statistics: warp w, rows 16·w .. 16·w + 15 */
-#pragma unroll 4
-    for (int k = 0; k < 16; k++) {
-      const int r = warp * 16 + k;
-      const bool ok = r < rows;
-      const float mu = ok && mode != MF_LN_IDENTITY ? mean[m0 + r] : 0.0f;
-      const float rs = ok && mode != MF_LN_IDENTITY ? rstd[m0 + r] : 1.0f;
+    /* y = LN(x) with the saved statistics: warp w, rows 16·w .. 16·w + 15, each row over
+     * C/8 lanes of 8 channels (16-byte accesses; raw rows and y share the layout) */
+    {
+      constexpr int LPR = C / 8, RPP = 32 / LPR;
+      const int sub = lane / LPR, cl = lane % LPR;
+      const uint32_t off0 = (cl / 8) * (LG_BM * 128);
+      float gg[8], bv[8]; /* γ, β of the lane's channels (per tile: registers are free here) */
 #pragma unroll
-      for (int i = 0; i < C / 64; i++) {
-        const __nv_bfloat162 p = *(const __nv_bfloat162 *)(xs + r * C + 64 * i + 2 * lane);
-        const float v0 = ok ? ((__low2float(p) - mu) * rs * g_ln[2 * i] + b_ln[2 * i]) : 0.0f;
-        const float v1 = ok ? ((__high2float(p) - mu) * rs * g_ln[2 * i + 1] + b_ln[2 * i + 1]) : 0.0f;
-        const __nv_bfloat162 yv = __floats2bfloat162_rn(v0, v1);
-        *(__nv_bfloat162 *)(ya + i * LG_BM * 128 + mf_sw128(r, 2 * lane)) = yv;
-        if (y && ok) *(__nv_bfloat162 *)(y + (m0 + r) * C + 64 * i + 2 * lane) = yv;
+      for (int h = 0; h < 2; h++) {
+        *(float4 *)&gg[4 * h] = *(const float4 *)(st + 2 * LG_BM + 8 * cl + 4 * h);
+        *(float4 *)&bv[4 * h] = *(const float4 *)(st + 2 * LG_BM + C + 8 * cl + 4 * h);
+      }
+#pragma unroll 2
+      for (int k = 0; k < 16 / RPP; k++) {
+        const int r = warp * 16 + k * RPP + sub;
+        const bool ok = r < rows;
+        const float mu = ok && mode != MF_LN_IDENTITY ? st[r] : 0.0f;
+        const float rs = ok && mode != MF_LN_IDENTITY ? st[LG_BM + r] : 1.0f;
+        const uint32_t off = off0 + mf_sw128_chunk(r, cl % 8);
+        uint4 u = *(const uint4 *)(xr + off);
+        uint32_t *w = (uint32_t *)&u;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          const float2 xv = __bfloat1622float2(*(const __nv_bfloat162 *)&w[j]);
+          w[j] = ok ? tb_pack((xv.x - mu) * rs * gg[2 * j] + bv[2 * j],
+                              (xv.y - mu) * rs * gg[2 * j + 1] + bv[2 * j + 1])
+                    : 0u;
+        }
+        *(uint4 *)(ya + off) = u;
+        if (y && ok) *(uint4 *)(y + (m0 + r) * C + 8 * cl) = u;
       }
     }
     if (SW && dcopy) /* dout's rows for the caller's dW_o GEMM when dinp overwrites dout */
@@ -248,15 +299,18 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
     for (int i = 0; i < C / 2; i++) acc[i] = 0.0f;
     const int s0 = (int)(t % nch);
     const int ra = wg * 64 + wl * 16 + g8; /* this thread's accumulator rows ra, ra + 8 */
+    float bmu[2], brs[2]; /* their statistics, read before the next tile's replace them */
     for (int j = 0; j < nch; j++, q++) {
-      const int buf = q & 1, jc = (s0 + j) % nch;
-      const int jn = j + 1 < nch ? (s0 + j + 1) % nch : (int)((t + gridDim.x) % nch);
-      if (j > 0) __syncthreads(); /* chunk j−1's wgmma done in both groups: buf ^ 1 free */
-      tb_load_w<KIND>(wab0 + (buf ^ 1) * L::WAB, wo0 + (buf ^ 1) * L::WO, w_ab, w_o, jn, Hd);
-      mf_cp_async_commit();
-      mf_cp_async_wait<1>(); /* chunk j is here */
-      mf_fence_proxy_async();
-      __syncthreads();
+      const int jc = (s0 + j) % nch, buf = resident ? jc : (q & 1);
+      if (!resident) {
+        const int jn = j + 1 < nch ? (s0 + j + 1) % nch : (int)((t + gridDim.x) % nch);
+        if (j > 0) __syncthreads(); /* chunk j−1's wgmma done in both groups: buf ^ 1 free */
+        tb_load_w<KIND>(wab0 + (buf ^ 1) * L::WAB, wo0 + (buf ^ 1) * L::WO, w_ab, w_o, jn, Hd);
+        mf_cp_async_commit();
+        mf_cp_async_wait<1>(); /* chunk j is here */
+        mf_fence_proxy_async();
+        __syncthreads();
+      }
       const uint32_t wab_u = mf_smem_u32(wab0 + buf * L::WAB), wo_u = mf_smem_u32(wo0 + buf * L::WO);
 
       float ab[64], dh[SW ? 32 : 1];
@@ -279,9 +333,14 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
       mf_wg_pin(ab);
       mf_wg_pin(dh);
       if (SW && j + 1 == nch) {
-        /* every dh of the tile is done in both groups: prefetch the next tile's rows */
+        /* every [a | b] and dh of the tile is done in both groups: prefetch the next tile */
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+          bmu[hh] = mode != MF_LN_IDENTITY ? st[ra + 8 * hh] : 0.0f;
+          brs[hh] = mode != MF_LN_IDENTITY ? st[LG_BM + ra + 8 * hh] : 1.0f;
+        }
         __syncthreads();
-        tb_load_tile(xs, ds, inp, dout, W, t + gridDim.x, ntiles, M);
+        tb_load_tile(ya, ds, st, inp, dout, mean_ld, rstd, W, t + gridDim.x, ntiles, M);
         mf_cp_async_commit();
       }
 
@@ -332,9 +391,14 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
         }
       }
       if (!SW && j + 1 == nch) {
-        /* every read of the tile's dout is done in both groups: prefetch the next tile's rows */
+        /* every read of the tile's y and dout is done in both groups: prefetch the next tile */
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+          bmu[hh] = mode != MF_LN_IDENTITY ? st[ra + 8 * hh] : 0.0f;
+          brs[hh] = mode != MF_LN_IDENTITY ? st[LG_BM + ra + 8 * hh] : 1.0f;
+        }
         __syncthreads();
-        tb_load_tile(xs, ds, inp, dout, W, t + gridDim.x, ntiles, M);
+        tb_load_tile(ya, ds, st, inp, dout, mean_ld, rstd, W, t + gridDim.x, ntiles, M);
         mf_cp_async_commit();
       }
       if (s1 || (SW && s2)) { /* h (block 0) and d1 (block 1), then d2 (block 0): 16-byte stores */
@@ -363,26 +427,29 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
     }
     if (!dx_on) continue;
 
-    /* LayerNorm backward of rows ra, ra + 8 (each row's C columns over the quad's lanes);
-     * vg, vb: this thread's column terms dy⊙x̂ and dy summed over its two rows */
+    /* LayerNorm backward of rows ra, ra + 8 (each row's C columns over the quad's lanes; x
+     * from the tile's raw rows in xr); vg, vb: this thread's column terms dy⊙x̂ and dy
+     * summed over its two rows */
+    unsigned char *stg = sm + L::stg + wg * L::STG; /* stages dinp: two 64-column blocks */
+    if (dinp) tb_bar_wg(wg); /* the group's last stores from stg are done */
     float vg[C / 4], vb[C / 4];
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
       const int rl = ra + 8 * hh;
       const bool ok = rl < rows;
       const int64_t r = m0 + (ok ? rl : 0);
-      const float mu = mode != MF_LN_IDENTITY ? mean[r] : 0.0f;
-      const float rs = mode != MF_LN_IDENTITY ? rstd[r] : 1.0f;
+      const float mu = bmu[hh], rs = brs[hh];
       float xh[C / 4], gv[C / 4], sg = 0.0f, sgx = 0.0f;
 #pragma unroll
       for (int i = 0; i < C / 8; i++) {
-        const float2 xv = __bfloat1622float2(*(const __nv_bfloat162 *)(inp + r * C + 8 * i + 2 * t4));
+        const float2 xv = __bfloat1622float2(
+            *(const __nv_bfloat162 *)(xr + (i / 8) * (LG_BM * 128) + mf_sw128(rl, 8 * (i % 8) + 2 * t4)));
         xh[2 * i] = (xv.x - mu) * rs;
         xh[2 * i + 1] = (xv.y - mu) * rs;
+        const float2 ga = *(const float2 *)(st + 2 * LG_BM + 8 * i + 2 * t4);
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-          const float ga = (mode == MF_LN_FULL || mode == MF_LN_SCALE) ? mf_bf16_to_f32(gamma[8 * i + 2 * t4 + e]) : 1.0f;
-          gv[2 * i + e] = acc[4 * i + 2 * hh + e] * ga;
+          gv[2 * i + e] = acc[4 * i + 2 * hh + e] * (e ? ga.y : ga.x);
           sg += gv[2 * i + e];
           sgx += gv[2 * i + e] * xh[2 * i + e];
         }
@@ -393,7 +460,7 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
       sgx += __shfl_xor_sync(0xffffffffu, sgx, 2);
       sg *= inv_c;
       sgx *= inv_c;
-      if (dinp) /* into this warpgroup's half of ya (free: the tile's GEMMs are done) */
+      if (dinp) /* into this warpgroup's staging blocks */
 #pragma unroll
         for (int i = 0; i < C / 8; i++) {
           float d0 = rs * (gv[2 * i] - sg - xh[2 * i] * sgx);
@@ -403,7 +470,7 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
             d0 += o.x;
             d1 += o.y;
           }
-          *(__nv_bfloat162 *)(ya + wg * 16384 + (i / 8) * 8192 + mf_sw128(rl - wg * 64, 8 * (i % 8) + 2 * t4)) =
+          *(__nv_bfloat162 *)(stg + (i / 8) * 8192 + mf_sw128(rl - wg * 64, 8 * (i % 8) + 2 * t4)) =
               __floats2bfloat162_rn(d0, d1);
         }
 #pragma unroll
@@ -418,8 +485,8 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
     if (dinp) {
       const int tid = (int)(threadIdx.x & 127), nr = rows - wg * 64;
       tb_bar_wg(wg); /* dinp staged */
-      tb_store_block(dinp + (m0 + wg * 64) * C, C, ya + wg * 16384, nr, tid);
-      tb_store_block(dinp + (m0 + wg * 64) * C + 64, C, ya + wg * 16384 + 8192, nr, tid);
+      tb_store_block(dinp + (m0 + wg * 64) * C, C, stg, nr, tid);
+      tb_store_block(dinp + (m0 + wg * 64) * C + 64, C, stg + 8192, nr, tid);
     }
     if (part) {
       /* column sums over the warp's 16 rows: a reduce-scatter over the 8 lanes of equal t4

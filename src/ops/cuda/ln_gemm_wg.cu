@@ -15,7 +15,7 @@
  * ahead, so HBM reads stay in flight during the LayerNorm, GEMM and epilogue of the
  * current subtile (what the mma.sync kernel, latency-bound at 8 warps per SM, lacks).
  * Per subtile:
- *   x̂ (64 × C) = LN(x rows)                 lg_ln_tile<C, true>, straight into the swizzled
+ *   x̂ (64 × C) = LN(x rows)                 lg_ln_tile_v<C>, straight into the swizzled
  *                                             A layout; the raw buffer is then refilled;
  *   per pass of N accumulator columns (N = 128, or 64 for a plain remainder):
  *     d (64 × N fp32) = x̂·W[n0 .. n0 + N]ᵀ  C/16 × wgmma m64nNk16, A and B from shared memory;
@@ -173,8 +173,8 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
   const int tid = (int)(threadIdx.x & 127);
   const int64_t nsub = (M + LW_SUB - 1) / LW_SUB;
   const int64_t s0 = 2 * (int64_t)blockIdx.x + wg, stride = 2 * (int64_t)gridDim.x;
-  float g[2 * (C / 64)], bb[2 * (C / 64)];
-  lg_ln_params<C>(g, bb, gamma, beta, mode, lane);
+  float g[8], bb[8]; /* γ, β of the lane's 8 channels (lg_ln_tile_v) */
+  lg_ln_params_v<C>(g, bb, gamma, beta, mode, lane);
 
   /* W, swizzled (gated / SwiGLU: halves interleaved per 64 output columns), each CTA
    * starting at another row (all CTAs on the same L2 lines at once would queue) */
@@ -206,7 +206,7 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
     lw_wait_pending(nbuf - 1); /* this subtile's group */
     lw_bar_wg(wg);             /* its rows visible; the previous subtile's stores done with os */
     /* rows 64·wg.. of the 128-row layouts: warp index 4·wg + wl, row base m0 − 64·wg */
-    lg_ln_tile<C, true>((bf16 *)xa, xb, mean, rstd, m0 - wg * LW_SUB, M, g, bb, mode, warp, lane);
+    lg_ln_tile_v<C>((bf16 *)xa, xb, mean, rstd, m0 - wg * LW_SUB, M, g, bb, mode, warp, lane);
     mf_fence_proxy_async();
     lw_bar_wg(wg); /* x̂ ready for wgmma; xb free */
     lg_load_tile<C>(xb + wg * LW_SUB * C, x, s + nbuf * stride, nsub, M, LW_SUB, tid);

@@ -50,13 +50,17 @@
 /* Shared memory, byte offsets from a 1024-aligned base (operand blocks 1024-aligned):
  *   wt: Wᵀ, O/64 blocks of (C rows × 128 B); xs[2]: raw inp tiles (then dinp), C/64 blocks
  *   of (LG_BM rows × 128 B); ds[2]: dout tiles, O/64 blocks; ys: x̂, like xs;
- *   red: (2·LW_THREADS) fp32 for the final db sums, then γ (C) fp32. */
+ *   red: (2·LW_THREADS) fp32 for the final db sums, then γ (C) fp32;
+ *   st[2]: the tiles' mean and rstd (LG_BM each) fp32, staged with their rows (read from
+ *   global per row, their latency took half the kernel's stall samples). */
 template <int O>
 struct lw_layout {
   static constexpr int C = LW_C;
   static constexpr int WT = C * O * 2, XT = LG_BM * C * 2, DT = LG_BM * O * 2;
+  static constexpr int ST = 2 * LG_BM * 4;
   static constexpr int wt = 0, xs = WT, ds = xs + 2 * XT, ys = ds + 2 * DT, red = ys + XT;
-  static constexpr int bytes = red + (2 * LW_THREADS + C) * 4 + 1024; /* + alignment slack */
+  static constexpr int st = red + (2 * LW_THREADS + C) * 4;
+  static constexpr int bytes = st + 2 * ST + 1024; /* + alignment slack */
 };
 /* partial row length (floats): [G (O × C) | db (O)] */
 static __host__ __device__ __forceinline__ int lw_pl(int O) { return O * LW_C + O; }
@@ -86,10 +90,18 @@ static __device__ __forceinline__ void lw_cp16z(void *smem, const void *gmem, in
                : "memory");
 }
 
-/* Raw inp and dout rows of tile t into xs, ds (swizzled; rows ≥ M zero-filled), by cp.async. */
+/* 4 bytes global → shared by cp.async, zero-filled when !ok. */
+static __device__ __forceinline__ void lw_cp4z(void *smem, const void *gmem, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(mf_smem_u32(smem)), "l"(gmem),
+               "r"(ok ? 4 : 0)
+               : "memory");
+}
+
+/* Raw inp and dout rows of tile t into xs, ds (swizzled; rows ≥ M zero-filled), and their
+ * mean and rstd into st[0..LG_BM), st[LG_BM..2·LG_BM) (rows ≥ M zero), by cp.async. */
 template <int O>
-static __device__ __forceinline__ void lw_load(unsigned char *xs, unsigned char *ds, const lw_params &p,
-                                               int64_t t, int64_t ntiles) {
+static __device__ __forceinline__ void lw_load(unsigned char *xs, unsigned char *ds, float *st,
+                                               const lw_params &p, int64_t t, int64_t ntiles) {
   constexpr int C = LW_C;
   if (t >= ntiles) return;
   const int64_t m0 = t * LG_BM;
@@ -107,6 +119,12 @@ static __device__ __forceinline__ void lw_load(unsigned char *xs, unsigned char 
     const bool ok = r < rows;
     lw_cp16z(ds + (ch / 8) * (LG_BM * 128) + mf_sw128_chunk(r, ch % 8),
              p.dout + (ok ? (m0 + r) * O + ch * 8 : 0), ok ? 16 : 0);
+  }
+  static_assert(2 * LG_BM == LW_THREADS, "lw_load: one statistic per thread");
+  {
+    const int r = (int)threadIdx.x % LG_BM;
+    const bool ok = r < rows;
+    lw_cp4z(st + threadIdx.x, ((int)threadIdx.x < LG_BM ? p.mean : p.rstd) + (ok ? m0 + r : 0), ok);
   }
 }
 
@@ -139,7 +157,7 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
     for (int j = 0; j < 8; j++)
       *(bf16 *)(sm + L::wt + (o / 64) * (C * 128) + mf_sw128(c8 + j, o % 64)) = e[j];
   }
-  lw_load<O>(sm + L::xs, sm + L::ds, p, blockIdx.x, ntiles);
+  lw_load<O>(sm + L::xs, sm + L::ds, (float *)(sm + L::st), p, blockIdx.x, ntiles);
   mf_cp_async_commit();
 
   float dw[DWN / 2]; /* G rows (O == 128: 64·wg ..) × columns (O == 64: 64·wg ..) */
@@ -150,13 +168,15 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
   for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x, it++) {
     const int buf = it & 1;
     unsigned char *xb = sm + L::xs + buf * L::XT, *db = sm + L::ds + buf * L::DT;
+    const float *smu = (const float *)(sm + L::st + buf * L::ST), *srs = smu + LG_BM;
     const uint32_t db_u = mf_smem_u32(db);
     const int64_t m0 = t * LG_BM;
     const int rows = (int)(M - m0 < LG_BM ? M - m0 : LG_BM);
     mf_cp_async_wait<0>();
     mf_fence_proxy_async();
     __syncthreads(); /* tile t here; the previous tile done (ys, buffers buf ^ 1 free) */
-    lw_load<O>(sm + L::xs + (buf ^ 1) * L::XT, sm + L::ds + (buf ^ 1) * L::DT, p, t + gridDim.x, ntiles);
+    lw_load<O>(sm + L::xs + (buf ^ 1) * L::XT, sm + L::ds + (buf ^ 1) * L::DT,
+               (float *)(sm + L::st + (buf ^ 1) * L::ST), p, t + gridDim.x, ntiles);
     mf_cp_async_commit();
 
     /* 1. x̂ (rows ≥ M: zeros) in the layout of xs; db column sums */
@@ -167,7 +187,7 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
         const int off = (ch / 8) * (LG_BM * 128) + (int)mf_sw128_chunk(r, ch % 8);
         uint4 v = *(const uint4 *)(xb + off);
         if (r < rows) {
-          const float mu = p.mean[m0 + r], rs = p.rstd[m0 + r];
+          const float mu = smu[r], rs = srs[r];
           uint32_t *u = (uint32_t *)&v;
 #pragma unroll
           for (int j = 0; j < 4; j++) {
@@ -228,8 +248,8 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
     if (p.dinp) {
       const int ra = wg * 64 + wl * 16 + (lane >> 2), rb = ra + 8;
       const bool oka = ra < rows, okb = rb < rows;
-      const float mua = oka ? p.mean[m0 + ra] : 0.0f, rsa = oka ? p.rstd[m0 + ra] : 0.0f;
-      const float mub = okb ? p.mean[m0 + rb] : 0.0f, rsb = okb ? p.rstd[m0 + rb] : 0.0f;
+      const float mua = oka ? smu[ra] : 0.0f, rsa = oka ? srs[ra] : 0.0f;
+      const float mub = okb ? smu[rb] : 0.0f, rsb = okb ? srs[rb] : 0.0f;
       float sga = 0.0f, sgxa = 0.0f, sgb = 0.0f, sgxb = 0.0f;
 #pragma unroll
       for (int i = 0; i < C / 8; i++) {

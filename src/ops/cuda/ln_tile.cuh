@@ -119,6 +119,100 @@ static __device__ __forceinline__ void lg_ln_params(float *g, float *bb, const b
   }
 }
 
+/* The same LayerNorm as lg_ln_tile<C, true> (x̂ into the swizzled wgmma operand layout,
+ * mean/rstd of rows < M, rows ≥ M zeros), laid out for fewer instructions: each row is
+ * spread over C/8 lanes holding 8 consecutive channels (one 16-byte load and one 16-byte
+ * store per lane and row, 32/(C/8) rows per warp instruction), so a row's sums take
+ * log2(C/8) shuffles instead of 5 and a warp's 16 rows take 16·8/C passes instead of 16.
+ * Four passes at a time interleave their reductions. The mma/wgmma forwards spent about
+ * half their issue slots in lg_ln_tile (ncu, ln_gemm_wg_kernel at M = 768²).
+ * g, bb: γ, β of the lane's channels from lg_ln_params_v. C = 64 or 128. */
+template <int C>
+static __device__ __forceinline__ void lg_ln_params_v(float *g, float *bb, const bf16 *gamma,
+                                                      const bf16 *beta, int mode, int lane) {
+  const int c0 = 8 * (lane % (C / 8));
+#pragma unroll
+  for (int j = 0; j < 8; j++) {
+    g[j] = (mode == MF_LN_FULL || mode == MF_LN_SCALE) ? mf_bf16_to_f32(gamma[c0 + j]) : 1.0f;
+    bb[j] = mode == MF_LN_FULL ? mf_bf16_to_f32(beta[c0 + j]) : 0.0f;
+  }
+}
+
+template <int C>
+static __device__ __forceinline__ void lg_ln_tile_v(bf16 *__restrict__ xa, const bf16 *__restrict__ xs,
+                                                    float *__restrict__ mean, float *__restrict__ rstd,
+                                                    int64_t m0, int64_t M, const float *g,
+                                                    const float *bb, int mode, int warp, int lane) {
+  static_assert(C == 64 || C == 128, "lg_ln_tile_v: C = 64 or 128");
+  constexpr int LPR = C / 8, RPP = 32 / LPR, NPASS = 16 / RPP, PG = NPASS < 4 ? NPASS : 4;
+  constexpr float inv_c = 1.0f / (float)C;
+  const int sub = lane / LPR, cl = lane % LPR; /* the lane's row in a pass, its 16-byte piece */
+#pragma unroll 1
+  for (int grp = 0; grp < NPASS / PG; grp++) {
+    float v[PG][8];
+    int rr[PG];
+    bool ok[PG];
+#pragma unroll
+    for (int k = 0; k < PG; k++) {
+      rr[k] = warp * 16 + (grp * PG + k) * RPP + sub;
+      ok[k] = m0 + rr[k] < M;
+      const uint4 u = *(const uint4 *)(xs + rr[k] * C + cl * 8);
+      const uint32_t *w = (const uint32_t *)&u;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const __nv_bfloat162 p = *(const __nv_bfloat162 *)&w[j];
+        v[k][2 * j] = ok[k] ? __low2float(p) : 0.0f;
+        v[k][2 * j + 1] = ok[k] ? __high2float(p) : 0.0f;
+      }
+    }
+    if (mode != MF_LN_IDENTITY) {
+      float s[PG], q[PG];
+#pragma unroll
+      for (int k = 0; k < PG; k++) {
+        s[k] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) s[k] += v[k][j];
+      }
+#pragma unroll
+      for (int o = 1; o < LPR; o <<= 1)
+#pragma unroll
+        for (int k = 0; k < PG; k++) s[k] += __shfl_xor_sync(0xffffffffu, s[k], o);
+#pragma unroll
+      for (int k = 0; k < PG; k++) {
+        s[k] *= inv_c; /* the mean */
+        q[k] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) q[k] += (v[k][j] - s[k]) * (v[k][j] - s[k]);
+      }
+#pragma unroll
+      for (int o = 1; o < LPR; o <<= 1)
+#pragma unroll
+        for (int k = 0; k < PG; k++) q[k] += __shfl_xor_sync(0xffffffffu, q[k], o);
+#pragma unroll
+      for (int k = 0; k < PG; k++) {
+        const float rs = rsqrtf(q[k] * inv_c + (float)MF_LN_EPS);
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[k][j] = (v[k][j] - s[k]) * rs * g[j] + bb[j];
+        if (mean && cl == 0 && ok[k]) {
+          mean[m0 + rr[k]] = s[k];
+          rstd[m0 + rr[k]] = rs;
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < PG; k++) {
+      uint4 u;
+      uint32_t *w = (uint32_t *)&u;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const __nv_bfloat162 p = __floats2bfloat162_rn(v[k][2 * j], v[k][2 * j + 1]);
+        w[j] = ok[k] ? *(const uint32_t *)&p : 0u; /* rows ≥ M: zeros */
+      }
+      *(uint4 *)((unsigned char *)xa + (cl / 8) * (LG_BM * 128) + mf_sw128_chunk(rr[k], cl % 8)) = u;
+    }
+  }
+}
+
 /* Raw rows of tile t (bm rows) of x (M, C) into xs (bm, C) by cp.async (rows ≥ M skipped),
  * by the 2·bm threads tid = 0.. of a warp group (C/16 pieces of 16 bytes each). */
 template <int C>

@@ -86,8 +86,8 @@ transition_wg_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__ rs
   const int lane = threadIdx.x & 31, warp = lg_warp_id(), wg = warp >> 2, wl = warp & 3;
   const int64_t ntiles = (M + LG_BM - 1) / LG_BM;
   const int nch = Hd / TW_HC;
-  float g[2 * (C / 64)], bb[2 * (C / 64)];
-  lg_ln_params<C>(g, bb, gamma, beta, mode, lane);
+  float g[8], bb[8]; /* γ, β of the lane's 8 channels (lg_ln_tile_v) */
+  lg_ln_params_v<C>(g, bb, gamma, beta, mode, lane);
   const uint32_t xa_u = mf_smem_u32(xa) + wg * 64 * 128; /* this warpgroup's 64 rows */
 
   tw_load_w(wab0, wo0, w_ab, w_o, (int)(blockIdx.x % (unsigned)nch), Hd);
@@ -99,7 +99,7 @@ transition_wg_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__ rs
   for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
     const int64_t m0 = t * LG_BM;
     const int rows = (int)(M - m0 < LG_BM ? M - m0 : LG_BM);
-    lg_ln_tile<C, true>((bf16 *)xa, xs, mean, rstd, m0, M, g, bb, mode, warp, lane);
+    lg_ln_tile_v<C>((bf16 *)xa, xs, mean, rstd, m0, M, g, bb, mode, warp, lane);
     mf_fence_proxy_async();
     __syncthreads(); /* x̂ ready; xs, os and the other weight buffer free */
     float acc[C / 2]; /* out: this warpgroup's 64 rows × C */
