@@ -17,6 +17,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../harness.h"
@@ -140,11 +141,20 @@ static inline void raw_add(raw_set *s, const void *d, size_t bytes) {
   s->raw[s->n] = fetch_raw(d, bytes);
   s->bytes[s->n++] = bytes;
 }
-/* 1 when a and b hold the same number of results, each of the same size and bytes. */
+/* 1 when a and b hold the same number of results, each of the same size and bytes; on a
+ * difference, prints which result (in raw_add order) and its first differing byte. */
 static inline int raw_same(const raw_set *a, const raw_set *b) {
   if (a->n != b->n) return 0;
-  for (int i = 0; i < a->n; i++)
-    if (a->bytes[i] != b->bytes[i] || memcmp(a->raw[i], b->raw[i], a->bytes[i])) return 0;
+  for (int i = 0; i < a->n; i++) {
+    if (a->bytes[i] != b->bytes[i]) return 0;
+    if (memcmp(a->raw[i], b->raw[i], a->bytes[i])) {
+      size_t k = 0;
+      while (((const unsigned char *)a->raw[i])[k] == ((const unsigned char *)b->raw[i])[k]) k++;
+      fprintf(stderr, "raw_same: result %d (of %d) differs first at byte %zu of %zu\n", i, a->n, k,
+              a->bytes[i]);
+      return 0;
+    }
+  }
   return 1;
 }
 static inline void raw_free(raw_set *s) {

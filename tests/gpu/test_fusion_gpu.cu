@@ -837,6 +837,8 @@ int main(void) {
     test_gated(300, 128, 128, MF_LN_FULL, 1, 0, s += 20, 3);
     test_gated(300, 128, 192, MF_LN_SCALE, 1, 0, s += 20, 3);
     test_gated(17000, 128, 128, MF_LN_NONE, 1, 0, s += 20, 3); /* two tiles on one CTA */
+    test_gated(40000, 128, 128, MF_LN_SCALE, 1, 0, s += 20, 3); /* several tiles per CTA */
+    test_transition(40000, 128, 512, MF_LN_NONE, 1, 0, s += 20, 3);
     test_transition(300, 128, 512, MF_LN_FULL, 1, 0, s += 20, 3);
     test_transition(129, 128, 128, MF_LN_NONE, 0, 0, s += 20, 3);
     mf_ln_gemm_bwd_set_variant(-1);
@@ -977,6 +979,7 @@ int main(void) {
        * weights stay resident (gated O = 128) or stream (transition) */
       test_gated(40000, 128, 128, MF_LN_SCALE, 1, 0, s += 20, 3);
       test_transition(40000, 128, 512, MF_LN_FULL, 1, 0, s += 20, 3);
+      test_gated(40001, 128, 64, MF_LN_NONE, 0, 0, s += 20, 3);
     }
   }
   mf_ln_gemm_bwd_set_variant(-1);
