@@ -5,9 +5,11 @@
  * GEMMs need: y = LN(inp), s1 = [da | db] / [dp | dg] and (SWIGLU) s2 = h, bf16. Not the
  * weight gradients, not a forward, not the CPU reference.
  *
- * A CTA is two warpgroups over 128-row tiles, 64 rows each. Per tile: the raw rows and
- * dout (cp.async'd during the previous tile's last chunk) give y = LN(x) from the saved
- * (mean, rstd) into the swizzled operand layout (wgmma_ptx.cuh) and to global y; then per
+ * A CTA is two warpgroups over 128-row tiles, 64 rows each. Per tile: the raw rows, dout and
+ * the rows' saved (mean, rstd) (cp.async'd during the previous tile's last chunk) give
+ * y = LN(x) (C/8 lanes of 8 channels a row, γ, β from shared memory) into the swizzled
+ * operand layout (wgmma_ptx.cuh) and to global y; the raw rows and y use two buffers that
+ * swap roles every tile, so the raw rows stay for the LayerNorm backward; then per
  * chunk j of 64 hidden (SWIGLU) or output (GATED) channels each warpgroup forms
  *   [a | b] or [p | g] (64 × 128 fp32) = y·[W_1; W_2]_jᵀ   wgmma, B = the weight chunk,
  *                                                         K-major;
@@ -19,15 +21,21 @@
  *   the gradient pair packed into bf16 A fragments and staged for 16-byte stores;
  *   dy (64 × 128 fp32) += [d1 | d2]·[W_1; W_2]_j           wgmma, A from registers, B =
  *                                                         the weight chunk read MN-major.
- * The weight chunks are double-buffered by cp.async. After the last chunk the LayerNorm
- * backward runs on the dy accumulators (row sums over the quad's lanes; x from global,
- * still in L2), dinp is staged and written (or added), and the column partials of Σ dy⊙x̂
+ * The weight chunks are double-buffered by cp.async; with at most two chunks (the gated
+ * projection at O <= 128) both stay resident, loaded once. After the last chunk the
+ * LayerNorm backward runs on the dy accumulators (row sums over the quad's lanes; x from
+ * the raw-row buffer), dinp is staged and written (or added), and the column partials of Σ dy⊙x̂
  * and Σ dy accumulate in registers across the CTA's tiles (a reduce-scatter over the
  * warp's rows); at the end the 8 warps' partials are summed in warp order through shared
  * memory into one partial row per CTA. Every order is fixed: two runs are bit-identical.
  * Numerics as configurations 1–3 (ln_gemm_bwd_cuda.h): y, h and the gradient pairs
  * rounded to bf16 where they are stored or fed to the tensor cores; the GEMM outputs, dh
- * and dy fp32. */
+ * and dy fp32.
+ * Measured (H200, 2026-11-30, bench/evofusion, C = 128, M = 768², whole backward incl. the
+ * cuBLAS dW GEMMs): gated (O = 128) 0.565 ms, was 0.731 before the statistics, γ, β and the
+ * raw rows were kept in shared memory (their global loads took a quarter of the stall
+ * samples); transition (Hd = 512) 2.19 ms, was 2.32. Tried: the gated kernel's two
+ * warpgroups on their own 64-row tiles without CTA-wide barriers, 0.592 ms (not kept). */
 #include "ln_gemm_bwd_cuda.h"
 
 #include "fusion_util.cuh"
@@ -44,10 +52,11 @@
  *   ya: y of the tile, C/64 blocks of (LG_BM rows × 128 B);
  *   ds: dout of the tile, W/64 blocks of (LG_BM rows × 128 B), W = C (SWIGLU: the dh GEMM's
  *       A operand) or O <= TB_OMAX (GATED: read by the elementwise backward);
- *   xs: the raw rows (LG_BM, C);
+ *   xs: the raw rows, laid out like ya (xs and ya swap roles every tile);
  *   stg: per warpgroup two 64-row × 128 B swizzled blocks staging h and the gradient pair
  *        for 16-byte stores (4-byte stores straight from the fragments ran 2.7× slower).
- * During the LayerNorm backward ya (free by then) stages dinp the same way. */
+ * During the LayerNorm backward stg stages dinp the same way.
+ *   st: the tile's mean and rstd (LG_BM each, fp32), then γ and β (C each, fp32). */
 #define TB_OMAX 256
 template <int KIND>
 struct tb_layout {

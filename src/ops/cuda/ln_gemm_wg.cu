@@ -29,9 +29,10 @@
  * gated / SwiGLU; C = 64: ≤ 1152 / 640), 16-byte aligned pointers. C = 192 / 256 would
  * leave room for at most one raw buffer next to a useful W: not taken. Deterministic:
  * each output element's sum is one warpgroup's fixed wgmma sequence (no atomics).
- * Measured (H200, 2026-11-30, bench/evofusion, C = 128, O = 128): LN + Linear 0.133 ms at M =
- * 768² (2.27 TB/s, 54 % of the copy bandwidth; the mma.sync kernel 0.144), 0.043 ms at 384²
- * (0.046); gated 0.204 ms (0.250), 0.062 ms (0.076). */
+ * Measured (H200, 2026-11-30 08:01 UTC, bench/evofusion, C = 128, O = 128): LN + Linear
+ * 0.115 ms at M = 768² (2.62 TB/s, 62 % of the copy bandwidth; the mma.sync kernel 0.146),
+ * 0.040 ms at 384²; gated 0.195 ms, 0.060 ms. With lg_ln_tile (lane pairs strided by 64)
+ * instead of lg_ln_tile_v: 0.133 ms, 54 %. */
 #include "ln_gemm_cuda.h"
 
 #include <stdlib.h>

@@ -17,7 +17,8 @@
  * Once per CTA: Wᵀ (C × O) into shared memory, transposed by scalar stores, in the
  * swizzled K-major layout of wgmma_ptx.cuh (B of dy = dout·W). Per tile, with the raw
  * inp and dout tiles cp.async'd (swizzled, rows ≥ M zero-filled) during the previous tile:
- *   1. all threads: x̂ (bf16) from (mean, rstd) into the swizzled layout (rows ≥ M zero);
+ *   1. all threads: x̂ (bf16) from (mean, rstd) (staged with the tile) into the swizzled
+ *      layout (rows ≥ M zero);
  *      the per-thread column sums of dout (db);
  *   2. each warpgroup issues dy (64 × C, fp32 registers) = dout·W (O/16 × m64n128k16, A
  *      its 64 dout rows, B = Wᵀ) and then G_acc (64 × 128 or 64 × 64 fp32 registers,
@@ -35,8 +36,10 @@
  * Numerics: G from bf16 x̂ (the staging path's dW GEMM used bf16 y); dγ, dβ through G and
  * db in fp32 (the staging path: Σ over rows of fp32 dy).
  * Work per 128-row tile: 2 × 128·128·O·2 FLOP on the tensor cores, 32 KB + 256·O B read,
- * 32 KB written. Measured (H200, 2026-11-30, bench/evofusion, C = O = 128, incl. the reduce kernels):
- * 0.384 ms at M = 768² (the staging path 0.531), 0.117 ms at 384² (0.142).
+ * 32 KB written. Measured (H200, 2026-11-30 08:01 UTC, bench/evofusion, C = O = 128, incl.
+ * the reduce kernels): 0.220 ms at M = 768² (the staging path 0.540), 0.079 ms at 384²
+ * (0.148); 0.381 / 0.116 ms before each tile's mean and rstd came with its rows (st)
+ * instead of from global memory inside the x̂ loop (half of the kernel's stall samples).
  */
 #include "ln_gemm_bwd_cuda.h"
 

@@ -1,8 +1,9 @@
 /* ln_tile.cuh — the row-tile pieces shared by EvoFusion's fused forward kernels
- * (ln_gemm.cu: mma.sync; transition_wg.cu: wgmma): the 16-byte cp.async, a warp-uniform
- * warp index, LayerNorm of a 128-row tile in shared memory (x̂ into a padded tile or into
- * the swizzled wgmma operand layout), the per-lane γ/β and the cp.async load of a raw row
- * tile. Not a public header; C code never includes it. */
+ * (ln_gemm.cu: mma.sync; ln_gemm_wg.cu, transition_wg.cu: wgmma): the 16-byte cp.async, a
+ * warp-uniform warp index, LayerNorm of a 128-row tile in shared memory (lg_ln_tile: lane
+ * pairs, x̂ into a padded tile or into the swizzled wgmma operand layout; lg_ln_tile_v:
+ * 16-byte lanes, the swizzled layout only), the per-lane γ/β and the cp.async load of a raw
+ * row tile. Not a public header; C code never includes it. */
 #ifndef MF_OPS_CUDA_LN_TILE_CUH
 #define MF_OPS_CUDA_LN_TILE_CUH
 
