@@ -27,6 +27,7 @@
 #include "ops/cuda/gemm_cuda.h"
 #include "ops/cuda/gpu.h"
 #include "ops/cuda/ln_gemm_bwd_cuda.h"
+#include "ops/cuda/ln_gemm_cuda.h"
 #include "ops/cuda/ln_linear_cuda.h"
 #include "ops/cuda/transition_cuda.h"
 #include "ops/cuda/trimul_cuda.h"
@@ -178,6 +179,14 @@ static void fwd_variants(const char *op, int N, bench_fn fn, void *ctx, double b
     snprintf(name, sizeof name, "%s[%s]", op, tag[v]);
     mf_ln_linear_cuda_set_variant(v);
     row(name, N, "fwd", median_ms(fn, ctx), bytes, flops, extra[v]);
+  }
+  if (!strcmp(op, "ln_linear")) { /* "[wgmma-2wg]": the wgmma kernel at two warpgroups a CTA */
+    char name[64];
+    snprintf(name, sizeof name, "%s[wgmma-2wg]", op);
+    mf_ln_linear_cuda_set_variant(3);
+    const int nw = mf_ln_gemm_wg_set_nwg(2);
+    row(name, N, "fwd", median_ms(fn, ctx), bytes, flops, extra[3]);
+    mf_ln_gemm_wg_set_nwg(nw);
   }
   mf_ln_linear_cuda_set_variant(def);
 }

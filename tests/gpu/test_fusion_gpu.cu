@@ -119,6 +119,9 @@ static void *ws_alloc(size_t bytes) {
 /* Which backward gradients test_ln_linear asks for: 0 all; 1 only dweight and dbeta (dinp,
  * dgamma, dbias NULL); 2 only dinp, dgamma and dbias (dweight, dbeta NULL). */
 static int g_lnl_null = 0;
+/* 1: test_ln_linear's second run caps the wgmma forward at two warpgroups per CTA
+ * (mf_ln_gemm_wg_set_nwg), so "two runs bit-identical" compares three with two */
+static int g_lnl_nwg_ab = 0;
 
 static void test_ln_linear(int64_t M, int C, int O, mf_ln_mode mode, int has_bias, int64_t chunk,
                            uint64_t seed, int variant) {
@@ -167,8 +170,10 @@ static void test_ln_linear(int64_t M, int C, int O, mf_ln_mode mode, int has_bia
     poison(dx_d, M * C * 2);
     poison(mean_d, M * 4);
     poison(rstd_d, M * 4);
+    if (g_lnl_nwg_ab) mf_ln_gemm_wg_set_nwg(run == 0 ? 3 : 2);
     mf_ln_linear_forward_cuda(out_d, mean_d, rstd_d, x_d, g_d, b_d, W_d, has_bias ? bias_d : NULL,
                               M, C, O, mode, ws, wsb, &g_blas, 0);
+    if (g_lnl_nwg_ab) mf_ln_gemm_wg_set_nwg(3);
     const int n1 = g_lnl_null == 1, n2 = g_lnl_null == 2;
     mf_ln_linear_backward_cuda(n1 ? NULL : dx_d, n1 ? NULL : dg_d, n2 ? NULL : db_d,
                                n2 ? NULL : dW_d, (has_bias && !n1) ? dbias_d : NULL, dout_d, mean_d,
@@ -834,6 +839,11 @@ int main(void) {
     mf_ln_gemm_bwd_set_variant(7);
     test_ln_linear(1000, 128, 128, MF_LN_FULL, 1, 0, s += 20, 3);
     test_ln_linear(129, 64, 64, MF_LN_SCALE, 1, 0, s += 20, 3);
+    test_ln_linear(40000, 128, 128, MF_LN_NONE, 0, 0, s += 20, 3); /* several tiles per CTA */
+    g_lnl_nwg_ab = 1; /* three warpgroups per CTA against two, bit for bit */
+    test_ln_linear(40000, 128, 128, MF_LN_FULL, 1, 0, s += 20, 3);
+    test_ln_linear(1001, 64, 128, MF_LN_SCALE, 0, 0, s += 20, 3);
+    g_lnl_nwg_ab = 0;
     test_gated(300, 128, 128, MF_LN_FULL, 1, 0, s += 20, 3);
     test_gated(300, 128, 192, MF_LN_SCALE, 1, 0, s += 20, 3);
     test_gated(17000, 128, 128, MF_LN_NONE, 1, 0, s += 20, 3); /* two tiles on one CTA */
@@ -906,6 +916,12 @@ int main(void) {
     test_transition_inplace(300, 64, 256, MF_LN_NONE, s += 20, v);
     test_transition_inplace(300, 384, 1536, MF_LN_FULL, s += 20, v); /* fallback */
   }
+  /* the wgmma forward with three warpgroups per CTA against two, bit for bit */
+  g_lnl_nwg_ab = 1;
+  test_ln_linear(40000, 128, 128, MF_LN_FULL, 1, 0, s += 20, 3);
+  test_ln_linear(1001, 64, 128, MF_LN_SCALE, 0, 0, s += 20, 3);
+  test_ln_linear(4099, 128, 64, MF_LN_NONE, 1, 0, s += 20, 3);
+  g_lnl_nwg_ab = 0;
   mf_ln_linear_cuda_set_variant(default_variant);
   test_ln_gemm_swiglu(300, 128, 128, MF_LN_FULL, s += 20, 0);
   test_ln_gemm_swiglu(1000, 64, 80, MF_LN_SCALE, s += 20, 0);

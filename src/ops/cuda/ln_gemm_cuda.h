@@ -78,6 +78,10 @@ void mf_ln_gemm_wg_cuda(__nv_bfloat16 *out, float *mean, float *rstd, const __nv
                         const __nv_bfloat16 *w, const __nv_bfloat16 *bias, const uint8_t *mask,
                         int64_t M, int C, int O, mf_ln_mode mode, int epilogue,
                         cudaStream_t stream);
+/* Warpgroups per CTA of mf_ln_gemm_wg_cuda's plain (epilogue 0) kernel: 3 (the default)
+ * where shared memory holds them, or 2 (the lab's A/B; both give the same results bit for
+ * bit). Returns the previous setting. */
+int mf_ln_gemm_wg_set_nwg(int nwg);
 
 int mf_transition_fused_supported(int C, int Hd, mf_ln_mode mode, const void *inp,
                                   const void *out, const void *w_ab, const void *w_o);

@@ -5,11 +5,12 @@
  * The same op and epilogue math as ln_gemm.cu's mma.sync kernel (ln_gemm_cuda.h); this one
  * is the ln_linear variant 3 (ln_linear_cuda.h). Not the CPU reference, not a backward.
  *
- * Design (a memory-bound op: read x, write out; the GEMM is small): a CTA is two
- * warpgroups that run INDEPENDENTLY on 64-row subtiles (warpgroup wg takes subtiles
- * s = 2·blockIdx + wg, + 2·gridDim, …), synchronising only among their own 128 threads
- * (named barriers), so one group's LayerNorm / epilogue overlaps the other's GEMM and the
- * two drift apart freely. W is loaded once per CTA into shared memory in the swizzled
+ * Design (a memory-bound op: read x, write out; the GEMM is small): a CTA is NWG = 3
+ * warpgroups where shared memory holds them (the plain epilogue with a small W, e.g.
+ * C = 128, O <= 128; mf_ln_gemm_wg_set_nwg), else 2, that run INDEPENDENTLY on 64-row
+ * subtiles (warpgroup wg takes subtiles s = NWG·blockIdx + wg, + NWG·gridDim, …),
+ * synchronising only among their own 128 threads (named barriers), so one group's
+ * LayerNorm / epilogue overlaps another's GEMM and the groups drift apart freely. W is loaded once per CTA into shared memory in the swizzled
  * wgmma operand layout (wgmma_ptx.cuh) and stays resident. Each warpgroup's raw x rows
  * are cp.async'd NBUF (2–4, as shared memory allows; MF_LN_GEMM_WG_NBUF caps it) subtiles
  * ahead, so HBM reads stay in flight during the LayerNorm, GEMM and epilogue of the
@@ -29,10 +30,11 @@
  * gated / SwiGLU; C = 64: ≤ 1152 / 640), 16-byte aligned pointers. C = 192 / 256 would
  * leave room for at most one raw buffer next to a useful W: not taken. Deterministic:
  * each output element's sum is one warpgroup's fixed wgmma sequence (no atomics).
- * Measured (H200, 2026-11-30 08:01 UTC, bench/evofusion, C = 128, O = 128): LN + Linear
- * 0.115 ms at M = 768² (2.62 TB/s, 62 % of the copy bandwidth; the mma.sync kernel 0.146),
- * 0.040 ms at 384²; gated 0.195 ms, 0.060 ms. With lg_ln_tile (lane pairs strided by 64)
- * instead of lg_ln_tile_v: 0.133 ms, 54 %. */
+ * Measured (H200, 2026-11-30 08:10 UTC, bench/evofusion, C = 128, O = 128): LN + Linear
+ * 0.101 ms at M = 768² (2.98 TB/s, 70 % of the copy bandwidth; two warpgroups 0.116 ms,
+ * 61 %; the mma.sync kernel 0.146), 0.034 ms at 384² (two: 0.037); gated (two warpgroups)
+ * 0.197 ms, 0.059 ms. With lg_ln_tile (lane pairs strided by 64) instead of lg_ln_tile_v
+ * and two warpgroups: 0.133 ms, 54 %. */
 #include "ln_gemm_cuda.h"
 
 #include <stdlib.h>
@@ -41,28 +43,27 @@
 #include "ln_tile.cuh"
 #include "wgmma_ptx.cuh"
 
-#define LW_THREADS 256 /* two warpgroups */
 #define LW_SUB 64      /* rows per warpgroup subtile */
 #define LW_MAXBUF 4
 #define LW_SMEM_MAX (227 * 1024)
 
-/* Shared memory, byte offsets from a 1024-aligned base (operand blocks 1024-aligned):
- *   xa: x̂, C/64 blocks of (LG_BM rows × 128 B), warpgroup wg's rows 64·wg..;
+/* Shared memory for NWG warpgroups (R = 64·NWG rows), byte offsets from a 1024-aligned
+ * base (operand blocks 1024-aligned):
+ *   xa: x̂, C/64 blocks of (R rows × 128 B), warpgroup wg's rows 64·wg..;
  *   w:  W, C/64 blocks of (nacc rows × 128 B), resident;
- *   xs: nbuf × (LG_BM, C) raw rows, warpgroup wg's rows 64·wg.. of each;
- *   os: (LG_BM, ldo) output staging, warpgroup wg's rows 64·wg..; ldo = the widest pass's
- *       output columns + 8 (rows 4 banks apart: conflict-free fragment writes). */
-static __host__ __device__ inline int lw_ldo(int O, int epi) {
-  return (epi || O < 128 ? 64 : 128) + 8;
+ *   xs: nbuf × (R, C) raw rows, warpgroup wg's rows 64·wg.. of each;
+ *   os: per warpgroup the widest pass's output columns (OSW) as OSW/64 swizzled blocks of
+ *       (64 rows × 128 B) (conflict-free fragment writes and 16-byte reads, no padding). */
+static __host__ __device__ inline int lw_osw(int O, int epi) { return epi || O < 128 ? 64 : 128; }
+static size_t lw_smem_bytes(int C, int O, int epi, int nbuf, int nwg) {
+  const size_t R = (size_t)LW_SUB * nwg, nacc = epi ? 2 * (size_t)O : (size_t)O;
+  return R * C * 2 + nacc * C * 2 + (size_t)nbuf * R * C * 2 + R * lw_osw(O, epi) * 2 +
+         1024; /* + the alignment slack */
 }
-static size_t lw_smem_bytes(int C, int O, int epi, int nbuf) {
-  const int nacc = epi ? 2 * O : O;
-  return (size_t)LG_BM * C * 2 + (size_t)nacc * C * 2 + (size_t)nbuf * LG_BM * C * 2 +
-         (size_t)LG_BM * lw_ldo(O, epi) * 2 + 1024; /* + the alignment slack */
-}
-/* Raw row buffers per warpgroup: the most that fit (≤ LW_MAXBUF), capped by
- * MF_LN_GEMM_WG_NBUF (2..4) from the environment (read once; for the lab and the bench). */
-static int lw_nbuf(int C, int O, int epi) {
+/* Raw row buffers per warpgroup for nwg warpgroups: the most that fit (≤ LW_MAXBUF), capped
+ * by MF_LN_GEMM_WG_NBUF (2..4) from the environment (read once; for the lab and the bench);
+ * 0 when not even two fit. */
+static int lw_nbuf(int C, int O, int epi, int nwg) {
   static int cap = 0;
   if (!cap) {
     const char *e = getenv("MF_LN_GEMM_WG_NBUF");
@@ -70,8 +71,20 @@ static int lw_nbuf(int C, int O, int epi) {
     cap = v >= 2 && v <= LW_MAXBUF ? v : LW_MAXBUF;
   }
   for (int nb = cap; nb >= 2; nb--)
-    if (lw_smem_bytes(C, O, epi, nb) <= LW_SMEM_MAX) return nb;
+    if (lw_smem_bytes(C, O, epi, nb, nwg) <= LW_SMEM_MAX) return nb;
   return 0;
+}
+/* Warpgroups per CTA: 3 where they fit with two raw buffers each (more warps to hide the
+ * LayerNorm's latency; the plain epilogue only, e.g. C = 128, O <= 128), else 2;
+ * mf_ln_gemm_wg_set_nwg caps it. */
+static int g_nwg_cap = 3;
+extern "C" int mf_ln_gemm_wg_set_nwg(int nwg) {
+  const int prev = g_nwg_cap;
+  g_nwg_cap = nwg == 2 ? 2 : 3;
+  return prev;
+}
+static int lw_nwg(int C, int O, int epi) {
+  return g_nwg_cap >= 3 && epi == 0 && lw_nbuf(C, O, epi, 3) > 0 ? 3 : 2;
 }
 
 static __device__ __forceinline__ void lw_bar_wg(int wg) { /* the 128 threads of warpgroup wg */
@@ -88,9 +101,10 @@ static __device__ __forceinline__ void lw_wait_pending(int n) {
 
 /* One pass of N accumulator columns (shared W rows n0 .. n0 + N) for the warpgroup's 64
  * rows: GEMM, epilogue, staged 16-byte stores of output columns oc0 .. oc0 + NO (NO = N for
- * EPI 0, N/2 otherwise). os: the warpgroup's staging rows (64, ldo). */
-template <int C, int EPI, int N>
-static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, bf16 *os, int ldo,
+ * EPI 0, N/2 otherwise). os: the warpgroup's staging blocks (NO/64 × 64 rows × 128 B,
+ * swizzled); BR: the rows of xa's blocks. */
+template <int C, int EPI, int N, int BR>
+static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, unsigned char *os,
                                                uint32_t xa_u, uint32_t w_u, int nacc, int n0, int oc0,
                                                const bf16 *__restrict__ bias,
                                                const uint8_t *__restrict__ mask, int64_t m0,
@@ -103,7 +117,7 @@ static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, bf16 *os,
 #pragma unroll
   for (int k = 0; k < C / 16; k++) {
     const int kb = k / 4, kk = k % 4;
-    const uint64_t da = mf_wg_desc(xa_u + kb * LG_BM * 128 + kk * 32);
+    const uint64_t da = mf_wg_desc(xa_u + kb * BR * 128 + kk * 32);
     const uint64_t db = mf_wg_desc(w_u + kb * nacc * 128 + n0 * 128 + kk * 32);
     if constexpr (N == 128) mf_wg_ss_n128(d, da, db, k > 0);
     else mf_wg_ss_n64(d, da, db, k > 0);
@@ -141,7 +155,8 @@ static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, bf16 *os,
         v0 = v0 * mf_sigmoidf_fast(v0) * b0;
         v1 = v1 * mf_sigmoidf_fast(v1) * b1;
       }
-      *(__nv_bfloat162 *)(os + rl * ldo + col) = __floats2bfloat162_rn(v0, v1);
+      *(__nv_bfloat162 *)(os + (col / 64) * 8192 + mf_sw128(rl, col % 64)) =
+          __floats2bfloat162_rn(v0, v1);
     }
   }
   lw_bar_wg(wg);
@@ -151,12 +166,13 @@ static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, bf16 *os,
     const int idx = (int)(threadIdx.x & 127) + i * 128;
     const int r = idx / CPR, ch = idx % CPR;
     if (r < rows)
-      *(uint4 *)(out + (m0 + r) * O + oc0 + ch * 8) = *(const uint4 *)(os + r * ldo + ch * 8);
+      *(uint4 *)(out + (m0 + r) * O + oc0 + ch * 8) =
+          *(const uint4 *)(os + (ch / 8) * 8192 + mf_sw128_chunk(r, ch % 8));
   }
 }
 
-template <int C, int EPI>
-static __global__ void __launch_bounds__(LW_THREADS, 1)
+template <int C, int EPI, int NWG>
+static __global__ void __launch_bounds__(128 * NWG, 1)
 ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
                   const bf16 *__restrict__ x, const bf16 *__restrict__ gamma,
                   const bf16 *__restrict__ beta, const bf16 *__restrict__ w,
@@ -165,22 +181,23 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
   /* out (M, O); mean, rstd (M); x (M, C); gamma, beta (C); w (nacc, C); bias (O); mask (M) */
   extern __shared__ unsigned char lw_raw[];
   unsigned char *sm = lw_raw + ((1024u - (mf_smem_u32(lw_raw) & 1023u)) & 1023u);
+  constexpr int R = LW_SUB * NWG, THREADS = 128 * NWG; /* rows of a CTA's tile layouts */
   const int nacc = EPI ? 2 * O : O;
-  unsigned char *xa = sm, *ws = sm + LG_BM * C * 2;
-  bf16 *xs = (bf16 *)(ws + nacc * C * 2);          /* nbuf × (LG_BM, C) */
-  const int ldo = lw_ldo(O, EPI);
-  bf16 *os = xs + nbuf * LG_BM * C;                /* (LG_BM, ldo) */
+  unsigned char *xa = sm, *ws = sm + R * C * 2;
+  bf16 *xs = (bf16 *)(ws + nacc * C * 2);          /* nbuf × (R, C) */
+  unsigned char *os = (unsigned char *)(xs + nbuf * R * C); /* NWG × (OSW/64 blocks) */
+  const int osb = lw_osw(O, EPI) * 128;            /* staging bytes per warpgroup */
   const int lane = threadIdx.x & 31, warp = lg_warp_id(), wg = warp >> 2, wl = warp & 3;
   const int tid = (int)(threadIdx.x & 127);
   const int64_t nsub = (M + LW_SUB - 1) / LW_SUB;
-  const int64_t s0 = 2 * (int64_t)blockIdx.x + wg, stride = 2 * (int64_t)gridDim.x;
+  const int64_t s0 = NWG * (int64_t)blockIdx.x + wg, stride = NWG * (int64_t)gridDim.x;
   float g[8], bb[8]; /* γ, β of the lane's 8 channels (lg_ln_tile_v) */
   lg_ln_params_v<C>(g, bb, gamma, beta, mode, lane);
 
   /* W, swizzled (gated / SwiGLU: halves interleaved per 64 output columns), each CTA
    * starting at another row (all CTAs on the same L2 lines at once would queue) */
   const int rot = (int)(blockIdx.x * 16u % (unsigned)nacc);
-  for (int idx = threadIdx.x; idx < nacc * (C / 8); idx += LW_THREADS) {
+  for (int idx = threadIdx.x; idx < nacc * (C / 8); idx += THREADS) {
     const int n0 = idx / (C / 8), p = idx - n0 * (C / 8);
     const int n = n0 + rot < nacc ? n0 + rot : n0 + rot - nacc; /* shared row */
     const int src = EPI ? ((n >> 6) & 1) * O + (n >> 7) * 64 + (n & 63) : n;
@@ -189,7 +206,7 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
   }
   mf_cp_async_commit();
   for (int b = 0; b < nbuf; b++) { /* one group per subtile, empty past the end */
-    lg_load_tile<C>(xs + b * LG_BM * C + wg * LW_SUB * C, x, s0 + b * stride, nsub, M, LW_SUB,
+    lg_load_tile<C>(xs + b * R * C + wg * LW_SUB * C, x, s0 + b * stride, nsub, M, LW_SUB,
                     tid);
     mf_cp_async_commit();
   }
@@ -198,16 +215,16 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
   __syncthreads(); /* the last CTA-wide barrier: from here on each warpgroup runs alone */
 
   const uint32_t xa_u = mf_smem_u32(xa) + wg * LW_SUB * 128, w_u = mf_smem_u32(ws);
-  bf16 *osw = os + wg * LW_SUB * ldo;
+  unsigned char *osw = os + wg * osb;
   int buf = 0;
   for (int64_t s = s0; s < nsub; s += stride) {
     const int64_t m0 = s * LW_SUB;
     const int rows = (int)(M - m0 < LW_SUB ? M - m0 : LW_SUB);
-    bf16 *xb = xs + buf * LG_BM * C;
+    bf16 *xb = xs + buf * R * C;
     lw_wait_pending(nbuf - 1); /* this subtile's group */
     lw_bar_wg(wg);             /* its rows visible; the previous subtile's stores done with os */
-    /* rows 64·wg.. of the 128-row layouts: warp index 4·wg + wl, row base m0 − 64·wg */
-    lg_ln_tile_v<C>((bf16 *)xa, xb, mean, rstd, m0 - wg * LW_SUB, M, g, bb, mode, warp, lane);
+    /* rows 64·wg.. of the R-row layouts: warp index 4·wg + wl, row base m0 − 64·wg */
+    lg_ln_tile_v<C, R>((bf16 *)xa, xb, mean, rstd, m0 - wg * LW_SUB, M, g, bb, mode, warp, lane);
     mf_fence_proxy_async();
     lw_bar_wg(wg); /* x̂ ready for wgmma; xb free */
     lg_load_tile<C>(xb + wg * LW_SUB * C, x, s + nbuf * stride, nsub, M, LW_SUB, tid);
@@ -217,15 +234,15 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
     if (EPI == 0) { /* output columns n0.. = shared W rows n0.. */
       int n0 = 0;
       for (; n0 + 128 <= O; n0 += 128)
-        lw_pass<C, 0, 128>(out, osw, ldo, xa_u, w_u, nacc, n0, n0, bias, mask, m0, rows, M, O,
-                           n0 == 0, wg, wl, lane);
+        lw_pass<C, 0, 128, R>(out, osw, xa_u, w_u, nacc, n0, n0, bias, mask, m0, rows, M, O,
+                              n0 == 0, wg, wl, lane);
       if (n0 < O) /* O % 128 == 64: one m64n64 pass */
-        lw_pass<C, 0, 64>(out, osw, ldo, xa_u, w_u, nacc, n0, n0, bias, mask, m0, rows, M, O,
-                          n0 == 0, wg, wl, lane);
+        lw_pass<C, 0, 64, R>(out, osw, xa_u, w_u, nacc, n0, n0, bias, mask, m0, rows, M, O,
+                             n0 == 0, wg, wl, lane);
     } else { /* output columns 64j.. = shared W rows 128j.. (p | g or a | b) */
       for (int j = 0; j < O / 64; j++)
-        lw_pass<C, EPI, 128>(out, osw, ldo, xa_u, w_u, nacc, 128 * j, 64 * j, bias, mask, m0,
-                             rows, M, O, j == 0, wg, wl, lane);
+        lw_pass<C, EPI, 128, R>(out, osw, xa_u, w_u, nacc, 128 * j, 64 * j, bias, mask, m0,
+                                rows, M, O, j == 0, wg, wl, lane);
     }
   }
   mf_cp_async_wait<0>();
@@ -235,23 +252,35 @@ extern "C" int mf_ln_gemm_wg_supported(int C, int O, int epilogue, mf_ln_mode mo
                                        const void *x, const void *out, const void *w) {
   return (C == 64 || C == 128) && O > 0 && O % 64 == 0 && epilogue >= 0 && epilogue <= 2 &&
          mode >= MF_LN_FULL && mode <= MF_LN_IDENTITY &&
-         lw_nbuf(C, O, epilogue) > 0 && (uintptr_t)x % 16 == 0 &&
+         lw_nbuf(C, O, epilogue, 2) > 0 && (uintptr_t)x % 16 == 0 &&
          (uintptr_t)out % 16 == 0 && (uintptr_t)w % 16 == 0;
+}
+
+template <int C, int EPI, int NWG>
+static void lw_launch_n(bf16 *out, float *mean, float *rstd, const bf16 *x, const bf16 *gamma,
+                        const bf16 *beta, const bf16 *w, const bf16 *bias, const uint8_t *mask,
+                        int64_t M, int O, int mode, cudaStream_t s) {
+  const int nbuf = lw_nbuf(C, O, EPI, NWG);
+  const size_t smem = lw_smem_bytes(C, O, EPI, nbuf, NWG);
+  MF_CHECK_CUDA(cudaFuncSetAttribute(ln_gemm_wg_kernel<C, EPI, NWG>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  const int64_t ntile = (M + NWG * LW_SUB - 1) / (NWG * LW_SUB); /* a subtile per warpgroup */
+  const int grid = (int)(ntile < mf_sm_count() ? ntile : mf_sm_count());
+  ln_gemm_wg_kernel<C, EPI, NWG><<<grid, 128 * NWG, smem, s>>>(out, mean, rstd, x, gamma, beta,
+                                                               w, bias, mask, M, O, mode, nbuf);
+  MF_CHECK_LAUNCH();
 }
 
 template <int C, int EPI>
 static void lw_launch(bf16 *out, float *mean, float *rstd, const bf16 *x, const bf16 *gamma,
                       const bf16 *beta, const bf16 *w, const bf16 *bias, const uint8_t *mask,
                       int64_t M, int O, int mode, cudaStream_t s) {
-  const int nbuf = lw_nbuf(C, O, EPI);
-  const size_t smem = lw_smem_bytes(C, O, EPI, nbuf);
-  MF_CHECK_CUDA(cudaFuncSetAttribute(ln_gemm_wg_kernel<C, EPI>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  const int64_t npair = (M + 2 * LW_SUB - 1) / (2 * LW_SUB); /* 128-row tiles */
-  const int grid = (int)(npair < mf_sm_count() ? npair : mf_sm_count());
-  ln_gemm_wg_kernel<C, EPI><<<grid, LW_THREADS, smem, s>>>(out, mean, rstd, x, gamma, beta, w,
-                                                           bias, mask, M, O, mode, nbuf);
-  MF_CHECK_LAUNCH();
+  if constexpr (EPI == 0)
+    if (lw_nwg(C, O, EPI) == 3) {
+      lw_launch_n<C, EPI, 3>(out, mean, rstd, x, gamma, beta, w, bias, mask, M, O, mode, s);
+      return;
+    }
+  lw_launch_n<C, EPI, 2>(out, mean, rstd, x, gamma, beta, w, bias, mask, M, O, mode, s);
 }
 
 extern "C" void mf_ln_gemm_wg_cuda(bf16 *out, float *mean, float *rstd, const bf16 *x,

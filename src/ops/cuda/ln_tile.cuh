@@ -139,7 +139,7 @@ static __device__ __forceinline__ void lg_ln_params_v(float *g, float *bb, const
   }
 }
 
-template <int C>
+template <int C, int BR = LG_BM> /* BR: rows per 64-column block of xa */
 static __device__ __forceinline__ void lg_ln_tile_v(bf16 *__restrict__ xa, const bf16 *__restrict__ xs,
                                                     float *__restrict__ mean, float *__restrict__ rstd,
                                                     int64_t m0, int64_t M, const float *g,
@@ -209,7 +209,7 @@ static __device__ __forceinline__ void lg_ln_tile_v(bf16 *__restrict__ xa, const
         const __nv_bfloat162 p = __floats2bfloat162_rn(v[k][2 * j], v[k][2 * j + 1]);
         w[j] = ok[k] ? *(const uint32_t *)&p : 0u; /* rows ≥ M: zeros */
       }
-      *(uint4 *)((unsigned char *)xa + (cl / 8) * (LG_BM * 128) + mf_sw128_chunk(rr[k], cl % 8)) = u;
+      *(uint4 *)((unsigned char *)xa + (cl / 8) * (BR * 128) + mf_sw128_chunk(rr[k], cl % 8)) = u;
     }
   }
 }
