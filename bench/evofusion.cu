@@ -325,8 +325,12 @@ static void bench_n(int N) {
     const double fl_tm = 2.0 * M * C * (4 * Ch + C) + 2.0 * N * (double)M * Ch + 2.0 * M * Ch * C;
     row("trimul_out", N, "fwd", median_ms(tm_fwd, &p), 2 * act, fl_tm, (double)(p.wsb + sb));
     row("trimul_out", N, "bwd", median_ms(tm_bwd, &p), 3 * act, 2 * fl_tm, (double)(p.wsb + sb));
-    /* the scalar transposing kernels (trimul variant 0) for comparison, then the default */
-    const int tdef = mf_trimul_cuda_set_variant(0);
+    /* variant 1 (LN staging, cuBLAS into P, the vectorised gate kernel) and the scalar
+     * transposing kernels (variant 0) for comparison, then the default */
+    const int tdef = mf_trimul_cuda_set_variant(1);
+    row("trimul_out[v1]", N, "fwd", median_ms(tm_fwd, &p), 2 * act, fl_tm, (double)(p.wsb + sb));
+    row("trimul_out[v1]", N, "bwd", median_ms(tm_bwd, &p), 3 * act, 2 * fl_tm, (double)(p.wsb + sb));
+    mf_trimul_cuda_set_variant(0);
     row("trimul_out[scalar]", N, "fwd", median_ms(tm_fwd, &p), 2 * act, fl_tm,
         (double)(p.wsb + sb));
     row("trimul_out[scalar]", N, "bwd", median_ms(tm_bwd, &p), 3 * act, 2 * fl_tm,

@@ -853,6 +853,7 @@ int main(void) {
     test_transition(129, 128, 128, MF_LN_NONE, 0, 0, s += 20, 3);
     mf_ln_gemm_bwd_set_variant(-1);
     mf_cuda_blas_destroy(&g_blas);
+    test_trimul(33, 128, 128, 0, 1, 1, 0, s += 20); /* the wgmma input projection (channel-major) */
     return mf_test_end();
   }
 
@@ -1048,20 +1049,25 @@ int main(void) {
   test_trimul(16, 16, 8, 1, 0, 1, 40, s += 20);
   test_trimul(34, 64, 32, 1, 1, 1, 96, s += 20);
   test_trimul(34, 64, 32, 0, 1, 0, 100, s += 20);
+  /* variant 1 (the vectorised gate kernel where the default takes the fused wgmma input
+   * projection, variant 2): the same shapes as the default's */
+  const int tri_default = mf_trimul_cuda_set_variant(1);
+  test_trimul(7, 128, 128, 0, 1, 0, 0, s += 20);
+  test_trimul(65, 128, 128, 1, 1, 0, 1024, s += 20);
   /* variant 0: the scalar kernels on the same even shapes */
-  const int tri_default = mf_trimul_cuda_set_variant(0);
+  mf_trimul_cuda_set_variant(0);
   test_trimul(16, 128, 128, 1, 1, 1, 0, s += 20);
   test_trimul(20, 128, 128, 0, 1, 0, 104, s += 20);
-  /* N² % 8 != 0 (N % 4 != 0), masks, in both variants: the channel-major arrays have the
+  /* N² % 8 != 0 (N % 4 != 0), masks, in all three variants: the channel-major arrays have the
    * padded stride ldm = N² rounded up to 8 (NaN-poisoned padding in the saved buffer and
    * the workspace), so the vectorised kernels run here too, the last chunk ending in a
    * tail tile of nr % 8 != 0 rows. Chunks forced small: 200 (M = 1369: 6 chunks of 200,
    * then 169 rows), 300 → 296 (M = 2500: last chunk 132 rows), 500 → 496 (M = 3969, Ch
    * = 24: last chunk 497 rows), 5 → 8 (M = 81: 10 chunks of 8, then 1 row), 4000 (M =
    * 16900: last chunk 900 rows, 4 mod 8); single chunks at M = 2500 and M = 36 (< 64 rows,
-   * ldm = 40). Variant 0 first, then the default. */
-  for (int tv = 0; tv < 2; tv++) {
-    mf_trimul_cuda_set_variant(tv == 0 ? 0 : tri_default);
+   * ldm = 40). Variant 0 first, then 1, then the default. */
+  for (int tv = 0; tv < 3; tv++) {
+    mf_trimul_cuda_set_variant(tv == 0 ? 0 : tv == 1 ? 1 : tri_default);
     test_trimul(37, 64, 32, 0, 1, 1, 200, s += 20);
     test_trimul(50, 128, 128, 1, 1, 0, 0, s += 20);
     test_trimul(50, 64, 32, 0, 1, 1, 300, s += 20);

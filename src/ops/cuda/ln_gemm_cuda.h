@@ -78,6 +78,23 @@ void mf_ln_gemm_wg_cuda(__nv_bfloat16 *out, float *mean, float *rstd, const __nv
                         const __nv_bfloat16 *w, const __nv_bfloat16 *bias, const uint8_t *mask,
                         int64_t M, int C, int O, mf_ln_mode mode, int epilogue,
                         cudaStream_t stream);
+/* The same with a channel-major out (O, ldm): element (m, o) at o·ldm + m, ldm >= M and a
+ * multiple of 8 (rows M .. ldm − 1 of each plane untouched); epilogues 1 and 3 only. Both
+ * entry points also take epilogue 3: out = σ(x̂·Wᵀ) (W (O, C), no bias). */
+void mf_ln_gemm_wg_cm_cuda(__nv_bfloat16 *out, int64_t ldm, float *mean, float *rstd,
+                           const __nv_bfloat16 *x, const __nv_bfloat16 *gamma,
+                           const __nv_bfloat16 *beta, const __nv_bfloat16 *w,
+                           const __nv_bfloat16 *bias, const uint8_t *mask, int64_t M, int C,
+                           int O, mf_ln_mode mode, int epilogue, cudaStream_t stream);
+/* The gated projection's backward with its forward recomputed (epilogue 4; C = 128,
+ * O <= 192; ln_gemm_wg.cu): p | g = x̂·[W_p; W_g]ᵀ (w (2O, C)), d = mask ⊙ dcm with dcm
+ * (O, ldm) channel-major (ldm >= M, a multiple of 8), out (M, ldo) rows = [d ⊙ σ(g) |
+ * d ⊙ p ⊙ σ(g)(1 − σ(g))] (ldo >= 2O, a multiple of 8); mean, rstd written unless NULL. */
+void mf_ln_gemm_wg_gated_bwd_cuda(__nv_bfloat16 *out, int64_t ldo, const __nv_bfloat16 *dcm,
+                                  int64_t ldm, float *mean, float *rstd, const __nv_bfloat16 *x,
+                                  const __nv_bfloat16 *gamma, const __nv_bfloat16 *beta,
+                                  const __nv_bfloat16 *w, const uint8_t *mask, int64_t M, int C,
+                                  int O, mf_ln_mode mode, cudaStream_t stream);
 /* Warpgroups per CTA of mf_ln_gemm_wg_cuda's plain (epilogue 0) kernel: 3 (the default)
  * where shared memory holds them, or 2 (the lab's A/B; both give the same results bit for
  * bit). Returns the previous setting. */

@@ -1,7 +1,14 @@
 /* ln_gemm_wg.cu — EvoFusion's fused LayerNorm + Linear + epilogue FORWARD as one persistent
  * wgmma kernel (sm_90a): out (M, O) = epilogue(LN(x (M, C))·Wᵀ), mean, rstd (M) fp32
  * written (not for IDENTITY); epilogue 0: + bias (NULL: none); 1: W = [W_p; W_g] (2O, C),
- * out = mask ⊙ σ(g) ⊙ p (mask NULL: all ones); 2: W = [W_a; W_b], out = silu(a) ⊙ b.
+ * out = mask ⊙ σ(g) ⊙ p (mask NULL: all ones); 2: W = [W_a; W_b], out = silu(a) ⊙ b;
+ * 3: out = σ(x̂·Wᵀ) (no bias); 4, the gated projection's backward with its forward
+ * recomputed: W = [W_p; W_g], d = mask ⊙ dcm (dcm (O, ldm) channel-major), out (M, ldo) =
+ * [d ⊙ σ(g) | d ⊙ p ⊙ σ(g)(1 − σ(g))] (mf_ln_gemm_wg_gated_bwd_cuda; the triangle
+ * multiplication's gate backward, whose dcm is dA or dB). Row-major out, or channel-major (mf_ln_gemm_wg_cm_cuda:
+ * element (m, o) at o·ldm + m, the layout of the triangle multiplication's per-channel
+ * planes: the epilogue stages its tile transposed, 64 rows of a column per 128-byte line, and
+ * 8 threads store each line).
  * The same op and epilogue math as ln_gemm.cu's mma.sync kernel (ln_gemm_cuda.h); this one
  * is the ln_linear variant 3 (ln_linear_cuda.h). Not the CPU reference, not a backward.
  *
@@ -54,11 +61,16 @@
  *   xs: nbuf × (R, C) raw rows, warpgroup wg's rows 64·wg.. of each;
  *   os: per warpgroup the widest pass's output columns (OSW) as OSW/64 swizzled blocks of
  *       (64 rows × 128 B) (conflict-free fragment writes and 16-byte reads, no padding). */
-static __host__ __device__ inline int lw_osw(int O, int epi) { return epi || O < 128 ? 64 : 128; }
+/* Epilogues 1, 2 and 4 take two accumulator columns per output column. */
+static __host__ __device__ constexpr bool lw_gated(int epi) { return epi == 1 || epi == 2 || epi == 4; }
+/* Staged output columns per pass (epilogue 4 stages both of its halves). */
+static __host__ __device__ inline int lw_osw(int O, int epi) {
+  return epi == 4 ? 128 : lw_gated(epi) || O < 128 ? 64 : 128;
+}
 static size_t lw_smem_bytes(int C, int O, int epi, int nbuf, int nwg) {
-  const size_t R = (size_t)LW_SUB * nwg, nacc = epi ? 2 * (size_t)O : (size_t)O;
+  const size_t R = (size_t)LW_SUB * nwg, nacc = lw_gated(epi) ? 2 * (size_t)O : (size_t)O;
   return R * C * 2 + nacc * C * 2 + (size_t)nbuf * R * C * 2 + R * lw_osw(O, epi) * 2 +
-         1024; /* + the alignment slack */
+         (epi == 4 ? R * 64 * 2 : 0) + 1024; /* epilogue 4's dcm tiles; the alignment slack */
 }
 /* Raw row buffers per warpgroup for nwg warpgroups: the most that fit (≤ LW_MAXBUF), capped
  * by MF_LN_GEMM_WG_NBUF (2..4) from the environment (read once; for the lab and the bench);
@@ -101,18 +113,29 @@ static __device__ __forceinline__ void lw_wait_pending(int n) {
 
 /* One pass of N accumulator columns (shared W rows n0 .. n0 + N) for the warpgroup's 64
  * rows: GEMM, epilogue, staged 16-byte stores of output columns oc0 .. oc0 + NO (NO = N for
- * EPI 0, N/2 otherwise). os: the warpgroup's staging blocks (NO/64 × 64 rows × 128 B,
- * swizzled); BR: the rows of xa's blocks. */
-template <int C, int EPI, int N, int BR>
+ * EPI 0 / 3, N/2 otherwise; ldm > 0: channel-major out, column o at o·ldm). os: the
+ * warpgroup's staging blocks (NO/64 × 64 rows × 128 B, swizzled); BR: the rows of xa's
+ * blocks. */
+template <int C, int EPI, int N, int BR, bool CM>
 static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, unsigned char *os,
                                                uint32_t xa_u, uint32_t w_u, int nacc, int n0, int oc0,
                                                const bf16 *__restrict__ bias,
                                                const uint8_t *__restrict__ mask, int64_t m0,
-                                               int rows, int64_t M, int O, int first, int wg,
-                                               int wl, int lane) {
-  static_assert(EPI == 0 || N == 128, "lw_pass: gated / SwiGLU passes are m64n128");
-  constexpr int NO = EPI ? N / 2 : N;
+                                               int rows, int64_t M, int O, int64_t ldm, int first,
+                                               int wg, int wl, int lane, const bf16 *__restrict__ dcm,
+                                               unsigned char *ds, int64_t ldo) {
+  static_assert(!lw_gated(EPI) || N == 128, "lw_pass: gated / SwiGLU passes are m64n128");
+  constexpr int NO = lw_gated(EPI) ? N / 2 : N;
   float d[N / 2];
+  uint4 dv[4]; /* epilogue 4: this thread's pieces of the pass's (64 columns × 64 rows) dcm tile */
+  if constexpr (EPI == 4) { /* loaded during the GEMM; 8 threads per column's 128-byte line */
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      const int idx = (int)(threadIdx.x & 127) + q * 128, c = idx >> 3, j = idx & 7;
+      dv[q] = 8 * j < rows ? *(const uint4 *)(dcm + (int64_t)(oc0 + c) * ldm + m0 + 8 * j)
+                           : make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
   mf_wg_fence();
 #pragma unroll
   for (int k = 0; k < C / 16; k++) {
@@ -125,7 +148,15 @@ static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, unsigned 
   mf_wg_commit();
   mf_wg_wait<0>();
   mf_wg_pin(d);
-  if (!first) lw_bar_wg(wg); /* the previous pass's stores have read os */
+  if (!first) lw_bar_wg(wg); /* the previous pass's stores have read os (epilogue 4: and ds) */
+  if constexpr (EPI == 4) { /* the dcm tile transposed: column c's 64 rows at c·128, chunks swizzled */
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      const int idx = (int)(threadIdx.x & 127) + q * 128, c = idx >> 3, j = idx & 7;
+      *(uint4 *)(ds + c * 128 + (((j ^ c) & 7) << 4)) = dv[q];
+    }
+    lw_bar_wg(wg);
+  }
 
   /* accumulator layout: d[4i + 2hh + e] = (row 16·wl + lane/4 + 8·hh,
    *                                        column 8i + 2·(lane%4) + e) */
@@ -133,7 +164,7 @@ static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, unsigned 
   for (int hh = 0; hh < 2; hh++) {
     const int rl = wl * 16 + (lane >> 2) + 8 * hh;
     bool keep = true;
-    if (EPI == 1) {
+    if (EPI == 1 || EPI == 4) {
       const int64_t r = m0 + rl;
       keep = r < M && (!mask || mask[r]);
     }
@@ -146,6 +177,19 @@ static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, unsigned 
           v0 += mf_bf16_to_f32(bias[oc0 + col]);
           v1 += mf_bf16_to_f32(bias[oc0 + col + 1]);
         }
+      } else if (EPI == 3) {
+        v0 = mf_sigmoidf_fast(v0);
+        v1 = mf_sigmoidf_fast(v1);
+      } else if (EPI == 4) { /* dp in staging block 0, dg in block 1 */
+        const float g0 = d[4 * (i + NO / 8) + 2 * hh], g1 = d[4 * (i + NO / 8) + 2 * hh + 1];
+        const int sw = (rl & 7) * 2;
+        const float d0 = keep ? mf_bf16_to_f32(*(const bf16 *)(ds + col * 128 + ((((rl >> 3) ^ col) & 7) << 4) + sw)) : 0.0f;
+        const float d1 = keep ? mf_bf16_to_f32(*(const bf16 *)(ds + (col + 1) * 128 + ((((rl >> 3) ^ (col + 1)) & 7) << 4) + sw)) : 0.0f;
+        const float s0 = mf_sigmoidf_fast(g0), s1 = mf_sigmoidf_fast(g1);
+        *(__nv_bfloat162 *)(os + 8192 + mf_sw128(rl, col)) =
+            __floats2bfloat162_rn(d0 * v0 * s0 * (1.0f - s0), d1 * v1 * s1 * (1.0f - s1));
+        v0 = d0 * s0;
+        v1 = d1 * s1;
       } else if (EPI == 1) {
         const float g0 = d[4 * (i + NO / 8) + 2 * hh], g1 = d[4 * (i + NO / 8) + 2 * hh + 1];
         v0 = keep ? mf_sigmoidf_fast(g0) * v0 : 0.0f;
@@ -155,11 +199,47 @@ static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, unsigned 
         v0 = v0 * mf_sigmoidf_fast(v0) * b0;
         v1 = v1 * mf_sigmoidf_fast(v1) * b1;
       }
-      *(__nv_bfloat162 *)(os + (col / 64) * 8192 + mf_sw128(rl, col % 64)) =
-          __floats2bfloat162_rn(v0, v1);
+      if constexpr (CM) { /* transposed: column c's 64 rows in 128 bytes at c·128, chunks
+                           * (8 rows) swizzled by c % 8 — conflict-free both ways */
+        const __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
+        *(bf16 *)(os + col * 128 + ((((rl >> 3) ^ col) & 7) << 4) + (rl & 7) * 2) = h.x;
+        *(bf16 *)(os + (col + 1) * 128 + ((((rl >> 3) ^ (col + 1)) & 7) << 4) + (rl & 7) * 2) = h.y;
+      } else {
+        *(__nv_bfloat162 *)(os + (col / 64) * 8192 + mf_sw128(rl, col % 64)) =
+            __floats2bfloat162_rn(v0, v1);
+      }
     }
   }
   lw_bar_wg(wg);
+  if constexpr (CM) { /* 8 threads per column: its 64 rows as one 128-byte line */
+#pragma unroll 4
+    for (int i = 0; i < NO * 8 / 128; i++) {
+      const int idx = (int)(threadIdx.x & 127) + i * 128, c = idx >> 3, j = idx & 7;
+      if (8 * j >= rows) continue;
+      const uint4 v = *(const uint4 *)(os + c * 128 + (((j ^ c) & 7) << 4));
+      bf16 *dst = out + (int64_t)(oc0 + c) * ldm + m0 + 8 * j;
+      if (8 * j + 8 <= rows) {
+        *(uint4 *)dst = v;
+      } else {
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          if (k < rows - 8 * j) *(uint16_t *)(dst + k) = (uint16_t)(w[k / 2] >> (16 * (k % 2)));
+      }
+    }
+    return;
+  }
+  if constexpr (EPI == 4) { /* rows of [dp | dg]: 16 pieces, dp at oc0.., dg at O + oc0.. */
+#pragma unroll
+    for (int i = 0; i < LW_SUB * 16 / 128; i++) {
+      const int idx = (int)(threadIdx.x & 127) + i * 128;
+      const int r = idx / 16, ch = idx % 16;
+      if (r < rows)
+        *(uint4 *)(out + (m0 + r) * ldo + (ch < 8 ? oc0 + ch * 8 : O + oc0 + (ch - 8) * 8)) =
+            *(const uint4 *)(os + (ch / 8) * 8192 + mf_sw128_chunk(r, ch % 8));
+    }
+    return;
+  }
   constexpr int CPR = NO / 8; /* 16-byte pieces per staged row */
 #pragma unroll
   for (int i = 0; i < LW_SUB * CPR / 128; i++) {
@@ -171,18 +251,19 @@ static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, unsigned 
   }
 }
 
-template <int C, int EPI, int NWG>
+template <int C, int EPI, int NWG, bool CM>
 static __global__ void __launch_bounds__(128 * NWG, 1)
 ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
                   const bf16 *__restrict__ x, const bf16 *__restrict__ gamma,
                   const bf16 *__restrict__ beta, const bf16 *__restrict__ w,
                   const bf16 *__restrict__ bias, const uint8_t *__restrict__ mask, int64_t M,
-                  int O, int mode, int nbuf) {
-  /* out (M, O); mean, rstd (M); x (M, C); gamma, beta (C); w (nacc, C); bias (O); mask (M) */
+                  int O, int64_t ldm, int mode, int nbuf, const bf16 *__restrict__ dcm, int64_t ldo) {
+  /* out (M, O), or (O, ldm) channel-major when ldm > 0; mean, rstd (M); x (M, C);
+   * gamma, beta (C); w (nacc, C); bias (O); mask (M) */
   extern __shared__ unsigned char lw_raw[];
   unsigned char *sm = lw_raw + ((1024u - (mf_smem_u32(lw_raw) & 1023u)) & 1023u);
   constexpr int R = LW_SUB * NWG, THREADS = 128 * NWG; /* rows of a CTA's tile layouts */
-  const int nacc = EPI ? 2 * O : O;
+  const int nacc = lw_gated(EPI) ? 2 * O : O;
   unsigned char *xa = sm, *ws = sm + R * C * 2;
   bf16 *xs = (bf16 *)(ws + nacc * C * 2);          /* nbuf × (R, C) */
   unsigned char *os = (unsigned char *)(xs + nbuf * R * C); /* NWG × (OSW/64 blocks) */
@@ -200,7 +281,7 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
   for (int idx = threadIdx.x; idx < nacc * (C / 8); idx += THREADS) {
     const int n0 = idx / (C / 8), p = idx - n0 * (C / 8);
     const int n = n0 + rot < nacc ? n0 + rot : n0 + rot - nacc; /* shared row */
-    const int src = EPI ? ((n >> 6) & 1) * O + (n >> 7) * 64 + (n & 63) : n;
+    const int src = lw_gated(EPI) ? ((n >> 6) & 1) * O + (n >> 7) * 64 + (n & 63) : n;
     lg_cp16(ws + (p / 8) * (nacc * 128) + mf_sw128_chunk(n, p % 8),
             w + (int64_t)src * C + p * 8);
   }
@@ -216,6 +297,7 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
 
   const uint32_t xa_u = mf_smem_u32(xa) + wg * LW_SUB * 128, w_u = mf_smem_u32(ws);
   unsigned char *osw = os + wg * osb;
+  unsigned char *dsw = os + NWG * osb + wg * 8192; /* epilogue 4: NWG × (64 × 64) dcm tiles */
   int buf = 0;
   for (int64_t s = s0; s < nsub; s += stride) {
     const int64_t m0 = s * LW_SUB;
@@ -231,18 +313,18 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
     mf_cp_async_commit();
     if (++buf == nbuf) buf = 0;
 
-    if (EPI == 0) { /* output columns n0.. = shared W rows n0.. */
+    if constexpr (!lw_gated(EPI)) { /* output columns n0.. = shared W rows n0.. */
       int n0 = 0;
       for (; n0 + 128 <= O; n0 += 128)
-        lw_pass<C, 0, 128, R>(out, osw, xa_u, w_u, nacc, n0, n0, bias, mask, m0, rows, M, O,
-                              n0 == 0, wg, wl, lane);
+        lw_pass<C, EPI, 128, R, CM>(out, osw, xa_u, w_u, nacc, n0, n0, bias, mask, m0, rows, M, O,
+                                ldm, n0 == 0, wg, wl, lane, dcm, dsw, ldo);
       if (n0 < O) /* O % 128 == 64: one m64n64 pass */
-        lw_pass<C, 0, 64, R>(out, osw, xa_u, w_u, nacc, n0, n0, bias, mask, m0, rows, M, O,
-                             n0 == 0, wg, wl, lane);
+        lw_pass<C, EPI, 64, R, CM>(out, osw, xa_u, w_u, nacc, n0, n0, bias, mask, m0, rows, M, O,
+                               ldm, n0 == 0, wg, wl, lane, dcm, dsw, ldo);
     } else { /* output columns 64j.. = shared W rows 128j.. (p | g or a | b) */
       for (int j = 0; j < O / 64; j++)
-        lw_pass<C, EPI, 128, R>(out, osw, xa_u, w_u, nacc, 128 * j, 64 * j, bias, mask, m0,
-                                rows, M, O, j == 0, wg, wl, lane);
+        lw_pass<C, EPI, 128, R, CM>(out, osw, xa_u, w_u, nacc, 128 * j, 64 * j, bias, mask, m0,
+                                rows, M, O, ldm, j == 0, wg, wl, lane, dcm, dsw, ldo);
     }
   }
   mf_cp_async_wait<0>();
@@ -250,58 +332,108 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
 
 extern "C" int mf_ln_gemm_wg_supported(int C, int O, int epilogue, mf_ln_mode mode,
                                        const void *x, const void *out, const void *w) {
-  return (C == 64 || C == 128) && O > 0 && O % 64 == 0 && epilogue >= 0 && epilogue <= 2 &&
+  return (C == 64 || C == 128) && O > 0 && O % 64 == 0 && epilogue >= 0 && epilogue <= 4 &&
          mode >= MF_LN_FULL && mode <= MF_LN_IDENTITY &&
          lw_nbuf(C, O, epilogue, 2) > 0 && (uintptr_t)x % 16 == 0 &&
          (uintptr_t)out % 16 == 0 && (uintptr_t)w % 16 == 0;
 }
 
-template <int C, int EPI, int NWG>
-static void lw_launch_n(bf16 *out, float *mean, float *rstd, const bf16 *x, const bf16 *gamma,
-                        const bf16 *beta, const bf16 *w, const bf16 *bias, const uint8_t *mask,
-                        int64_t M, int O, int mode, cudaStream_t s) {
-  const int nbuf = lw_nbuf(C, O, EPI, NWG);
-  const size_t smem = lw_smem_bytes(C, O, EPI, nbuf, NWG);
-  MF_CHECK_CUDA(cudaFuncSetAttribute(ln_gemm_wg_kernel<C, EPI, NWG>,
+/* One call's arguments (see the entry points below). */
+typedef struct {
+  bf16 *out;
+  float *mean, *rstd;
+  const bf16 *x, *gamma, *beta, *w, *bias, *dcm;
+  const uint8_t *mask;
+  int64_t M, ldm, ldo;
+  int O, mode;
+} lw_args;
+
+template <int C, int EPI, int NWG, bool CM>
+static void lw_launch_n(const lw_args &a, cudaStream_t s) {
+  const int nbuf = lw_nbuf(C, a.O, EPI, NWG);
+  const size_t smem = lw_smem_bytes(C, a.O, EPI, nbuf, NWG);
+  MF_CHECK_CUDA(cudaFuncSetAttribute(ln_gemm_wg_kernel<C, EPI, NWG, CM>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  const int64_t ntile = (M + NWG * LW_SUB - 1) / (NWG * LW_SUB); /* a subtile per warpgroup */
+  const int64_t ntile = (a.M + NWG * LW_SUB - 1) / (NWG * LW_SUB); /* a subtile per warpgroup */
   const int grid = (int)(ntile < mf_sm_count() ? ntile : mf_sm_count());
-  ln_gemm_wg_kernel<C, EPI, NWG><<<grid, 128 * NWG, smem, s>>>(out, mean, rstd, x, gamma, beta,
-                                                               w, bias, mask, M, O, mode, nbuf);
+  ln_gemm_wg_kernel<C, EPI, NWG, CM><<<grid, 128 * NWG, smem, s>>>(
+      a.out, a.mean, a.rstd, a.x, a.gamma, a.beta, a.w, a.bias, a.mask, a.M, a.O, a.ldm, a.mode,
+      nbuf, a.dcm, a.ldo);
   MF_CHECK_LAUNCH();
 }
 
 template <int C, int EPI>
-static void lw_launch(bf16 *out, float *mean, float *rstd, const bf16 *x, const bf16 *gamma,
-                      const bf16 *beta, const bf16 *w, const bf16 *bias, const uint8_t *mask,
-                      int64_t M, int O, int mode, cudaStream_t s) {
-  if constexpr (EPI == 0)
-    if (lw_nwg(C, O, EPI) == 3) {
-      lw_launch_n<C, EPI, 3>(out, mean, rstd, x, gamma, beta, w, bias, mask, M, O, mode, s);
+static void lw_launch(const lw_args &a, cudaStream_t s) {
+  if constexpr (EPI == 1 || EPI == 3) /* the channel-major kernels (the triangle multiplication's) */
+    if (a.ldm > 0) {
+      lw_launch_n<C, EPI, 2, true>(a, s);
       return;
     }
-  lw_launch_n<C, EPI, 2>(out, mean, rstd, x, gamma, beta, w, bias, mask, M, O, mode, s);
+  MF_ASSERT(a.ldm == 0 || EPI == 4, "ln_gemm_wg: channel-major out with epilogue %d", EPI);
+  if constexpr (EPI == 0)
+    if (lw_nwg(C, a.O, EPI) == 3) {
+      lw_launch_n<C, EPI, 3, false>(a, s);
+      return;
+    }
+  lw_launch_n<C, EPI, 2, false>(a, s);
+}
+
+static void lw_run(lw_args a, int C, int epilogue, cudaStream_t stream) {
+  const mf_ln_mode mode = (mf_ln_mode)a.mode;
+  MF_ASSERT(mf_ln_gemm_wg_supported(C, a.O, epilogue, mode, a.x, a.out, a.w),
+            "ln_gemm_wg: unsupported C=%d O=%d epilogue=%d mode=%d (or alignment)", C, a.O,
+            epilogue, a.mode);
+  lg_check_ln_args("ln_gemm_wg", mode, a.gamma, a.beta, a.mean, a.rstd, 0);
+  if (a.M <= 0) return;
+  if (mode == MF_LN_IDENTITY) a.mean = a.rstd = NULL;
+#define LW_CASE(C_)                                                                            \
+  if (C == C_) {                                                                               \
+    switch (epilogue) {                                                                        \
+    case 0: lw_launch<C_, 0>(a, stream); break;                                                \
+    case 1: lw_launch<C_, 1>(a, stream); break;                                                \
+    case 2: lw_launch<C_, 2>(a, stream); break;                                                \
+    case 3: lw_launch<C_, 3>(a, stream); break;                                                \
+    default: lw_launch<C_, 4>(a, stream); break;                                               \
+    }                                                                                          \
+    return;                                                                                    \
+  }
+  LW_CASE(64)
+  LW_CASE(128)
+#undef LW_CASE
 }
 
 extern "C" void mf_ln_gemm_wg_cuda(bf16 *out, float *mean, float *rstd, const bf16 *x,
                                    const bf16 *gamma, const bf16 *beta, const bf16 *w,
                                    const bf16 *bias, const uint8_t *mask, int64_t M, int C, int O,
                                    mf_ln_mode mode, int epilogue, cudaStream_t stream) {
-  MF_ASSERT(mf_ln_gemm_wg_supported(C, O, epilogue, mode, x, out, w),
-            "ln_gemm_wg: unsupported C=%d O=%d epilogue=%d mode=%d (or alignment)", C, O, epilogue,
-            (int)mode);
-  lg_check_ln_args("ln_gemm_wg", mode, gamma, beta, mean, rstd, 0);
-  if (M <= 0) return;
-  if (mode == MF_LN_IDENTITY) mean = rstd = NULL;
-  const int md = (int)mode;
-#define LW_CASE(C_)                                                                            \
-  if (C == C_) {                                                                               \
-    if (epilogue == 0) lw_launch<C_, 0>(out, mean, rstd, x, gamma, beta, w, bias, mask, M, O, md, stream); \
-    else if (epilogue == 1) lw_launch<C_, 1>(out, mean, rstd, x, gamma, beta, w, bias, mask, M, O, md, stream); \
-    else lw_launch<C_, 2>(out, mean, rstd, x, gamma, beta, w, bias, mask, M, O, md, stream);   \
-    return;                                                                                    \
-  }
-  LW_CASE(64)
-  LW_CASE(128)
-#undef LW_CASE
+  MF_ASSERT(epilogue != 4, "ln_gemm_wg: epilogue 4 is mf_ln_gemm_wg_gated_bwd_cuda");
+  const lw_args a = {out, mean, rstd, x, gamma, beta, w, bias, NULL, mask, M, 0, O, O, (int)mode};
+  lw_run(a, C, epilogue, stream);
+}
+
+extern "C" void mf_ln_gemm_wg_cm_cuda(bf16 *out, int64_t ldm, float *mean, float *rstd,
+                                      const bf16 *x, const bf16 *gamma, const bf16 *beta,
+                                      const bf16 *w, const bf16 *bias, const uint8_t *mask,
+                                      int64_t M, int C, int O, mf_ln_mode mode, int epilogue,
+                                      cudaStream_t stream) {
+  MF_ASSERT(ldm >= M && ldm % 8 == 0,
+            "ln_gemm_wg_cm: channel stride ldm=%lld (>= M=%lld, a multiple of 8)", (long long)ldm,
+            (long long)M);
+  MF_ASSERT(epilogue == 1 || epilogue == 3, "ln_gemm_wg_cm: epilogue %d (1 or 3)", epilogue);
+  const lw_args a = {out, mean, rstd, x, gamma, beta, w, bias, NULL, mask, M, ldm, O, O, (int)mode};
+  lw_run(a, C, epilogue, stream);
+}
+
+extern "C" void mf_ln_gemm_wg_gated_bwd_cuda(bf16 *out, int64_t ldo, const bf16 *dcm, int64_t ldm,
+                                             float *mean, float *rstd, const bf16 *x,
+                                             const bf16 *gamma, const bf16 *beta, const bf16 *w,
+                                             const uint8_t *mask, int64_t M, int C, int O,
+                                             mf_ln_mode mode, cudaStream_t stream) {
+  MF_ASSERT(dcm && ldm >= M && ldm % 8 == 0 && (uintptr_t)dcm % 16 == 0,
+            "ln_gemm_wg_gated_bwd: dcm with channel stride ldm=%lld (>= M=%lld, a multiple of 8, "
+            "16-byte aligned)", (long long)ldm, (long long)M);
+  MF_ASSERT(ldo >= 2 * O && ldo % 8 == 0, "ln_gemm_wg_gated_bwd: out row stride ldo=%lld (>= 2·O=%d, a multiple of 8)",
+            (long long)ldo, 2 * O);
+  const lw_args a = {out, mean, rstd, x, gamma, beta, w, NULL, dcm, mask, M, ldm, ldo, O, (int)mode};
+  lw_run(a, C, 4, stream);
 }

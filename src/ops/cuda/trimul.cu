@@ -1,5 +1,7 @@
 /* trimul.cu — EvoFusion triangle multiplicative update on the GPU, forward and backward:
- * LN_in staging + one projection GEMM + gate/mask epilogue into channel-major A, B;
+ * LN_in staging + one projection GEMM + gate/mask epilogue into channel-major A, B (or,
+ * variant 2, the default, three wgmma LN + projection kernels writing A, B and σ(g), and in
+ * the backward two recomputing the projection with the gate backward as their epilogue);
  * batched per-channel GEMMs; LN_out (channel-major in, row-major staging out) + W_z GEMM
  * + gated output epilogue with an optional fused residual + row/column dropout.
  * The four transposing kernels (gate forward, LN_out forward and backward, gate backward)
@@ -12,6 +14,7 @@
 #include "trimul_cuda.h"
 
 #include "fusion_util.cuh"
+#include "ln_gemm_cuda.h"
 #include "ln_linear_cuda.h"
 
 #define TRI_TM 32      /* rows (pair positions) per tile of the scalar transposing kernels */
@@ -609,11 +612,11 @@ static __global__ void tri_out_bwd_kernel(bf16 *__restrict__ du, bf16 *__restric
 
 static size_t tile_smem(int Ch) { return (size_t)Ch * (TRI_TM + 1) * sizeof(float); }
 
-static int g_tri_variant = 1;
+static int g_tri_variant = 2;
 
 extern "C" int mf_trimul_cuda_set_variant(int variant) {
   const int old = g_tri_variant;
-  g_tri_variant = variant == 0 ? 0 : 1;
+  g_tri_variant = variant == 0 ? 0 : variant == 1 ? 1 : 2;
   return old;
 }
 
@@ -622,7 +625,7 @@ extern "C" int mf_trimul_cuda_set_variant(int variant) {
 static int tri_al16(const void *p) { return (uintptr_t)p % 16 == 0; }
 static int tri_vec_ok(int64_t M, int64_t ldm, int64_t m0, int64_t rows, int Ch, const void *cm0,
                       const void *cm1, const void *rm) {
-  return g_tri_variant == 1 && Ch % 8 == 0 && ldm % 8 == 0 && m0 % 8 == 0 &&
+  return g_tri_variant >= 1 && Ch % 8 == 0 && ldm % 8 == 0 && m0 % 8 == 0 &&
          (rows % 8 == 0 || m0 + rows == M) && (m0 + rows + 7) / 8 * 8 <= ldm && tri_al16(cm0) &&
          tri_al16(cm1) && tri_al16(rm);
 }
@@ -841,6 +844,22 @@ static void contract(const mf_cuda_blas *blas, cudaStream_t s, int ta, int tb, c
 
 /* ================================================================ forward */
 
+/* Variant 2: the input side as three wgmma LayerNorm + projection kernels over all M rows
+ * (ln_gemm_wg.cu) instead of LN staging, one cuBLAS GEMM into P (M, 4Ch + C) and the
+ * transposing gate kernel per chunk: A_cm = pm ⊙ σ(x̂·W_agᵀ) ⊙ (x̂·W_apᵀ) and B_cm likewise,
+ * written channel-major from the epilogue, and sg = σ(x̂·W_gᵀ) row-major — P never goes
+ * through HBM (at N = 768: 0.76 GB written and read back per forward). w_cat's rows are
+ * [ap | ag | bp | bg | g], so [W_ap; W_ag] and [W_bp; W_bg] are the gated epilogue's
+ * [W_p; W_g] as they lie. Values differ from variant 1 by the bf16 rounding of P (the
+ * epilogue takes the fp32 accumulators). */
+static int tri_fused_in_ok(const bf16 *z, const bf16 *w_cat, const tri_saved *s, const bf16 *sg,
+                           int C, int Ch) {
+  const bf16 *w_b = w_cat + (int64_t)2 * Ch * C, *w_g = w_cat + (int64_t)4 * Ch * C;
+  return g_tri_variant == 2 && mf_ln_gemm_wg_supported(C, Ch, 1, MF_LN_FULL, z, s->a, w_cat) &&
+         mf_ln_gemm_wg_supported(C, Ch, 1, MF_LN_FULL, z, s->b, w_b) &&
+         mf_ln_gemm_wg_supported(C, C, 3, MF_LN_FULL, z, sg, w_g);
+}
+
 extern "C" void mf_trimul_forward_cuda(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
                                        const mf_trimul_cuda_weights *w, int N, int C, int Ch,
                                        int outgoing, const mf_resdrop_cuda *rd, void *ws,
@@ -859,13 +878,23 @@ extern "C" void mf_trimul_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
     mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
 
   /* x̂ = LN_in(z); [ap | ag | bp | bg | g] = x̂·w_catᵀ; A, B channel-major; σ(g) */
-  for (int64_t r0 = 0; r0 < M; r0 += R) {
-    const int64_t rows = M - r0 < R ? M - r0 : R;
-    mf_ln_rows_cuda(b.xh, s.mu_in + r0, s.rs_in + r0, z + r0 * C, w->ln_in_g, w->ln_in_b, rows,
-                    C, MF_LN_FULL, 0, stream);
-    mf_gemm_rm_cuda(blas, stream, 0, 1, rows, K, C, 1.0f, b.xh, C, w->w_cat, C, 0.0f, b.P,
-                    MF_GEMM_OUT_BF16, K);
-    launch_gate_fwd(s.a, s.b, b.sg, b.P, pm, M, ldm, r0, rows, C, Ch, stream);
+  if (tri_fused_in_ok(z, w->w_cat, &s, b.sg, C, Ch)) {
+    const bf16 *w_b = w->w_cat + (int64_t)2 * Ch * C, *w_g = w->w_cat + (int64_t)4 * Ch * C;
+    mf_ln_gemm_wg_cm_cuda(s.a, ldm, s.mu_in, s.rs_in, z, w->ln_in_g, w->ln_in_b, w->w_cat, NULL,
+                          pm, M, C, Ch, MF_LN_FULL, 1, stream);
+    mf_ln_gemm_wg_cm_cuda(s.b, ldm, NULL, NULL, z, w->ln_in_g, w->ln_in_b, w_b, NULL, pm, M, C,
+                          Ch, MF_LN_FULL, 1, stream);
+    mf_ln_gemm_wg_cuda(b.sg, NULL, NULL, z, w->ln_in_g, w->ln_in_b, w_g, NULL, NULL, M, C, C,
+                       MF_LN_FULL, 3, stream);
+  } else {
+    for (int64_t r0 = 0; r0 < M; r0 += R) {
+      const int64_t rows = M - r0 < R ? M - r0 : R;
+      mf_ln_rows_cuda(b.xh, s.mu_in + r0, s.rs_in + r0, z + r0 * C, w->ln_in_g, w->ln_in_b,
+                      rows, C, MF_LN_FULL, 0, stream);
+      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, K, C, 1.0f, b.xh, C, w->w_cat, C, 0.0f, b.P,
+                      MF_GEMM_OUT_BF16, K);
+      launch_gate_fwd(s.a, s.b, b.sg, b.P, pm, M, ldm, r0, rows, C, Ch, stream);
+    }
   }
   /* the triangular contraction, per channel */
   if (outgoing)
@@ -951,13 +980,29 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
    *   ⇒ dP4 = [dap | dag | dbp | dbg]; dW_cat[0:4Ch] += dP4ᵀ·x̂;
    *     dx̂ = dP4·W_cat[0:4Ch] + dgl·W_g; dz = LN_in backward of dx̂ */
   const int K4 = 4 * Ch;
+  /* variant 2: the recomputed projection and the gate backward as two wgmma kernels
+   * (ln_gemm_wg.cu, epilogue 4) instead of a cuBLAS GEMM into P4 and the transposing gate
+   * kernel: P4 is written once instead of three times and read once instead of twice */
+  const int fused_gate_bwd = g_tri_variant == 2 && K4 % 8 == 0 &&
+                             mf_ln_gemm_wg_supported(C, Ch, 4, MF_LN_FULL, z, b.P, w->w_cat) &&
+                             tri_al16(b.P + 2 * Ch) && tri_al16(w->w_cat + (int64_t)2 * Ch * C) &&
+                             tri_al16(b.dA) && tri_al16(b.dB);
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
     mf_ln_rows_cuda(b.xh, s.mu_in + r0, s.rs_in + r0, z + r0 * C, w->ln_in_g, w->ln_in_b, rows,
                     C, MF_LN_FULL, 1, stream);
-    mf_gemm_rm_cuda(blas, stream, 0, 1, rows, K4, C, 1.0f, b.xh, C, w->w_cat, C, 0.0f, b.P,
-                    MF_GEMM_OUT_BF16, K4);
-    launch_gate_bwd(b.P, b.dA, b.dB, pm, M, ldm, r0, rows, Ch, stream);
+    if (fused_gate_bwd) { /* P4 ← [dap | dag | dbp | dbg] straight from z (variant 2) */
+      const uint8_t *pmc = pm ? pm + r0 : NULL;
+      mf_ln_gemm_wg_gated_bwd_cuda(b.P, K4, b.dA + r0, ldm, NULL, NULL, z + r0 * C, w->ln_in_g,
+                                   w->ln_in_b, w->w_cat, pmc, rows, C, Ch, MF_LN_FULL, stream);
+      mf_ln_gemm_wg_gated_bwd_cuda(b.P + 2 * Ch, K4, b.dB + r0, ldm, NULL, NULL, z + r0 * C,
+                                   w->ln_in_g, w->ln_in_b, w->w_cat + (int64_t)2 * Ch * C, pmc,
+                                   rows, C, Ch, MF_LN_FULL, stream);
+    } else {
+      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, K4, C, 1.0f, b.xh, C, w->w_cat, C, 0.0f, b.P,
+                      MF_GEMM_OUT_BF16, K4);
+      launch_gate_bwd(b.P, b.dA, b.dB, pm, M, ldm, r0, rows, Ch, stream);
+    }
     if (dw_cat)
       mf_gemm_rm_cuda(blas, stream, 1, 0, K4, C, rows, 1.0f, b.P, K4, b.xh, C, 1.0f, dw_cat,
                       MF_GEMM_OUT_F32, C);

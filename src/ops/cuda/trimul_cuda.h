@@ -79,13 +79,18 @@ void mf_trimul_backward_cuda(__nv_bfloat16 *dz, const mf_trimul_cuda_grads *g,
                              const mf_resdrop_cuda *rd, void *ws, size_t ws_bytes,
                              const mf_cuda_blas *blas, cudaStream_t stream);
 
-/* Transposing-kernel variant (for the tests and the benchmark): 1 (default) = the
+/* Variant (for the tests and the benchmark): 2 (default) = the forward's input side as
+ * three wgmma LayerNorm + projection kernels whose epilogues write A, B channel-major and
+ * σ(g), and the backward's recomputed projection as two whose epilogue is the gate
+ * backward (ln_gemm_wg.cu; where mf_ln_gemm_wg_supported: C in {64, 128}, Ch % 64 == 0,
+ * Ch <= 192 at C = 128, 16-byte aligned) and otherwise variant 1; 1 = the
  * vectorised kernels (64-row tiles, 16-byte accesses on the channel-major and the
  * row-major side, bf16 swizzled shared-memory transposes) wherever Ch % 8 == 0 (any N: the
  * chunk offsets are multiples of 8, the last chunk's partial 8-column group goes into the
  * padding; 16-byte aligned buffers), the scalar 32-row-tile kernels elsewhere; 0 = the
- * scalar kernels everywhere. Same values up to the
- * summation order of the LN_out statistics and dγ/dβ partials. Returns the previous one. */
+ * scalar kernels everywhere. Variants 0 and 1 give the same values up to the summation
+ * order of the LN_out statistics and dγ/dβ partials; 2 differs from them by the bf16
+ * rounding of P (its epilogues take the fp32 accumulators). Returns the previous one. */
 int mf_trimul_cuda_set_variant(int variant);
 
 #ifdef __cplusplus
