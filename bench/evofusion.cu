@@ -17,7 +17,7 @@
  * GEMM FLOPs of the forward (2× for the backward, without recomputation). Not a
  * correctness test (tests/gpu/test_fusion_gpu.cu is). Writes JSON rows in DESIGN.md's
  * format with --json.
- *   evofusion [--ns 384,768] [--reps 20] [--json out.json] */
+ *   evofusion [--ns 384,768] [--reps 20] [--json out.json] [--only OP] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +209,10 @@ static void bwd_variants(const char *op, int N, bench_fn fn, void *ctx, double b
   mf_ln_gemm_bwd_set_variant(def);
 }
 
+/* --only OP: the sections whose rows start with OP (for profiling one op); NULL: all */
+static const char *g_only = NULL;
+static int want(const char *op) { return !g_only || !strncmp(op, g_only, strlen(g_only)); }
+
 static void bench_n(int N) {
   const int C = C_PAIR, Hd = 4 * C_PAIR;
   prob p;
@@ -225,7 +229,7 @@ static void bench_n(int N) {
    * γ/β partials (not counted: parts·2C floats). "[generic]" rows: the generic kernels
    * (mf_ln_rows_cuda_set_variant(0)); "[half-warp]" / "[hw-cp.async]" / "[hw-bulk]":
    * the forwards of variants 2 / 3 / 4 (ln_rows_hw.cuh; their backward is the default one). */
-  {
+  if (want("ln_rows")) {
     p.dy = (float *)dev_zero((size_t)M * C * 4);
     p.part = (float *)dev_zero((size_t)mf_ln_rows_backward_parts(M) * 2 * C * 4);
     MF_CHECK_CUDA(cudaMemset(p.dy, 0x3c, (size_t)M * C * 4)); /* ≈ 0.0115, finite */
@@ -248,57 +252,63 @@ static void bench_n(int N) {
   }
 
   /* LayerNorm + Linear 128 → 128 */
-  p.w1 = dev_rand((int64_t)C * C, 15, 0.09, 0);
-  p.dw1 = (float *)dev_zero((size_t)C * C * 4);
-  p.wsb = mf_ln_linear_cuda_workspace(M, C, C, 0);
-  p.ws = dev_zero(p.wsb);
-  fwd_variants("ln_linear", N, lnl_fwd, &p, 2 * act, fl_lin, 8.0 * M, (double)p.wsb + 8.0 * M,
-               8.0 * M);
-  lnl_fwd(&p);
-  row("ln_linear", N, "fwd", median_ms(lnl_fwd, &p), 2 * act, fl_lin, (double)p.wsb + 8.0 * M);
-  row("ln_linear", N, "bwd", median_ms(lnl_bwd, &p), 3 * act, 2 * fl_lin, (double)p.wsb);
-  bwd_variants("ln_linear", N, lnl_bwd, &p, 3 * act, 2 * fl_lin, (double)p.wsb);
-  MF_CHECK_CUDA(cudaFree(p.ws));
-  MF_CHECK_CUDA(cudaFree(p.w1));
-  MF_CHECK_CUDA(cudaFree(p.dw1));
+  if (want("ln_linear")) {
+    p.w1 = dev_rand((int64_t)C * C, 15, 0.09, 0);
+    p.dw1 = (float *)dev_zero((size_t)C * C * 4);
+    p.wsb = mf_ln_linear_cuda_workspace(M, C, C, 0);
+    p.ws = dev_zero(p.wsb);
+    fwd_variants("ln_linear", N, lnl_fwd, &p, 2 * act, fl_lin, 8.0 * M, (double)p.wsb + 8.0 * M,
+                 8.0 * M);
+    lnl_fwd(&p);
+    row("ln_linear", N, "fwd", median_ms(lnl_fwd, &p), 2 * act, fl_lin, (double)p.wsb + 8.0 * M);
+    row("ln_linear", N, "bwd", median_ms(lnl_bwd, &p), 3 * act, 2 * fl_lin, (double)p.wsb);
+    bwd_variants("ln_linear", N, lnl_bwd, &p, 3 * act, 2 * fl_lin, (double)p.wsb);
+    MF_CHECK_CUDA(cudaFree(p.ws));
+    MF_CHECK_CUDA(cudaFree(p.w1));
+    MF_CHECK_CUDA(cudaFree(p.dw1));
+  }
 
   /* gated projection: LN + [p | g] (256 outputs) + gate, 128 → 128 */
-  p.w1 = dev_rand(2 * (int64_t)C * C, 16, 0.09, 0);
-  p.dw1 = (float *)dev_zero((size_t)2 * C * C * 4);
-  p.wsb = mf_gated_linear_cuda_workspace(M, C, C);
-  p.ws = dev_zero(p.wsb);
-  fwd_variants("gated_linear", N, gl_fwd, &p, 2 * act, 2 * fl_lin, 8.0 * M,
-               (double)p.wsb + 8.0 * M, 8.0 * M);
-  gl_fwd(&p);
-  row("gated_linear", N, "fwd", median_ms(gl_fwd, &p), 2 * act, 2 * fl_lin, (double)p.wsb + 8.0 * M);
-  row("gated_linear", N, "bwd", median_ms(gl_bwd, &p), 3 * act, 4 * fl_lin, (double)p.wsb);
-  bwd_variants("gated_linear", N, gl_bwd, &p, 3 * act, 4 * fl_lin, (double)p.wsb);
-  MF_CHECK_CUDA(cudaFree(p.ws));
-  MF_CHECK_CUDA(cudaFree(p.w1));
-  MF_CHECK_CUDA(cudaFree(p.dw1));
+  if (want("gated_linear")) {
+    p.w1 = dev_rand(2 * (int64_t)C * C, 16, 0.09, 0);
+    p.dw1 = (float *)dev_zero((size_t)2 * C * C * 4);
+    p.wsb = mf_gated_linear_cuda_workspace(M, C, C);
+    p.ws = dev_zero(p.wsb);
+    fwd_variants("gated_linear", N, gl_fwd, &p, 2 * act, 2 * fl_lin, 8.0 * M,
+                 (double)p.wsb + 8.0 * M, 8.0 * M);
+    gl_fwd(&p);
+    row("gated_linear", N, "fwd", median_ms(gl_fwd, &p), 2 * act, 2 * fl_lin, (double)p.wsb + 8.0 * M);
+    row("gated_linear", N, "bwd", median_ms(gl_bwd, &p), 3 * act, 4 * fl_lin, (double)p.wsb);
+    bwd_variants("gated_linear", N, gl_bwd, &p, 3 * act, 4 * fl_lin, (double)p.wsb);
+    MF_CHECK_CUDA(cudaFree(p.ws));
+    MF_CHECK_CUDA(cudaFree(p.w1));
+    MF_CHECK_CUDA(cudaFree(p.dw1));
+  }
 
   /* SwiGLU transition, Hd = 4c */
-  p.w1 = dev_rand(2 * (int64_t)Hd * C, 17, 0.09, 0);
-  p.w2 = dev_rand((int64_t)C * Hd, 18, 0.044, 0);
-  p.dw1 = (float *)dev_zero((size_t)2 * Hd * C * 4);
-  p.dw2 = (float *)dev_zero((size_t)C * Hd * 4);
-  p.wsb = mf_transition_cuda_workspace(M, C, Hd);
-  p.ws = dev_zero(p.wsb);
-  const double fl_tr = 6.0 * M * C * Hd;
-  fwd_variants("transition", N, tr_fwd, &p, 2 * act, fl_tr, (double)p.wsb + 8.0 * M,
-               (double)p.wsb + 8.0 * M, 8.0 * M);
-  tr_fwd(&p);
-  row("transition", N, "fwd", median_ms(tr_fwd, &p), 2 * act, fl_tr, (double)p.wsb + 8.0 * M);
-  row("transition", N, "bwd", median_ms(tr_bwd, &p), 3 * act, 2 * fl_tr, (double)p.wsb);
-  bwd_variants("transition", N, tr_bwd, &p, 3 * act, 2 * fl_tr, (double)p.wsb);
-  MF_CHECK_CUDA(cudaFree(p.ws));
-  MF_CHECK_CUDA(cudaFree(p.w1));
-  MF_CHECK_CUDA(cudaFree(p.w2));
-  MF_CHECK_CUDA(cudaFree(p.dw1));
-  MF_CHECK_CUDA(cudaFree(p.dw2));
+  if (want("transition")) {
+    p.w1 = dev_rand(2 * (int64_t)Hd * C, 17, 0.09, 0);
+    p.w2 = dev_rand((int64_t)C * Hd, 18, 0.044, 0);
+    p.dw1 = (float *)dev_zero((size_t)2 * Hd * C * 4);
+    p.dw2 = (float *)dev_zero((size_t)C * Hd * 4);
+    p.wsb = mf_transition_cuda_workspace(M, C, Hd);
+    p.ws = dev_zero(p.wsb);
+    const double fl_tr = 6.0 * M * C * Hd;
+    fwd_variants("transition", N, tr_fwd, &p, 2 * act, fl_tr, (double)p.wsb + 8.0 * M,
+                 (double)p.wsb + 8.0 * M, 8.0 * M);
+    tr_fwd(&p);
+    row("transition", N, "fwd", median_ms(tr_fwd, &p), 2 * act, fl_tr, (double)p.wsb + 8.0 * M);
+    row("transition", N, "bwd", median_ms(tr_bwd, &p), 3 * act, 2 * fl_tr, (double)p.wsb);
+    bwd_variants("transition", N, tr_bwd, &p, 3 * act, 2 * fl_tr, (double)p.wsb);
+    MF_CHECK_CUDA(cudaFree(p.ws));
+    MF_CHECK_CUDA(cudaFree(p.w1));
+    MF_CHECK_CUDA(cudaFree(p.w2));
+    MF_CHECK_CUDA(cudaFree(p.dw1));
+    MF_CHECK_CUDA(cudaFree(p.dw2));
+  }
 
   /* triangle multiplication, outgoing, C = Ch = 128 */
-  {
+  if (want("trimul_out")) {
     const int Ch = C;
     const int64_t nw = 2 * C + (int64_t)(4 * Ch + C) * C + 2 * Ch + (int64_t)C * Ch;
     mf_bf16_t *flat = dev_rand(nw, 19, 0.09, 0);
@@ -365,8 +375,9 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--ns") && i + 1 < argc) ns = argv[++i];
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) g_only = argv[++i];
     else {
-      fprintf(stderr, "usage: evofusion [--ns 384,768] [--reps 20] [--json out.json]\n");
+      fprintf(stderr, "usage: evofusion [--ns 384,768] [--reps 20] [--json out.json] [--only OP]\n");
       return 2;
     }
   }
@@ -383,7 +394,7 @@ int main(int argc, char **argv) {
     fprintf(g_json, "{\"gpu\": \"%s\", \"rows\": [\n", desc);
   }
   /* copy bandwidth: 2 GiB device to device, bytes read + written */
-  {
+  if (want("resdrop")) {
     copy_ctx c = {NULL, NULL, (size_t)2 << 30};
     c.src = dev_zero(c.bytes);
     c.dst = dev_zero(c.bytes);
