@@ -87,7 +87,7 @@ static int lw_nbuf(int C, int O, int epi, int nwg) {
   return 0;
 }
 /* Warpgroups per CTA: 3 where they fit with two raw buffers each (more warps to hide the
- * LayerNorm's latency; the plain epilogue only, e.g. C = 128, O <= 128), else 2;
+ * LayerNorm's latency; the plain and sigmoid epilogues only, e.g. C = 128, O <= 128), else 2;
  * mf_ln_gemm_wg_set_nwg caps it. */
 static int g_nwg_cap = 3;
 extern "C" int mf_ln_gemm_wg_set_nwg(int nwg) {
@@ -96,7 +96,7 @@ extern "C" int mf_ln_gemm_wg_set_nwg(int nwg) {
   return prev;
 }
 static int lw_nwg(int C, int O, int epi) {
-  return g_nwg_cap >= 3 && epi == 0 && lw_nbuf(C, O, epi, 3) > 0 ? 3 : 2;
+  return g_nwg_cap >= 3 && (epi == 0 || epi == 3) && lw_nbuf(C, O, epi, 3) > 0 ? 3 : 2;
 }
 
 static __device__ __forceinline__ void lw_bar_wg(int wg) { /* the 128 threads of warpgroup wg */
@@ -370,7 +370,7 @@ static void lw_launch(const lw_args &a, cudaStream_t s) {
       return;
     }
   MF_ASSERT(a.ldm == 0 || EPI == 4, "ln_gemm_wg: channel-major out with epilogue %d", EPI);
-  if constexpr (EPI == 0)
+  if constexpr (EPI == 0 || EPI == 3)
     if (lw_nwg(C, a.O, EPI) == 3) {
       lw_launch_n<C, EPI, 3, false>(a, s);
       return;

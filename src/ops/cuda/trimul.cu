@@ -936,6 +936,17 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
   if (rd)
     mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
   bf16 *dgl = b.sg; /* (M, C) */
+  const int K = 4 * Ch + C; /* columns of P */
+  /* variant 2: phase 3's recomputed projection and gate backward as two wgmma kernels
+   * (ln_gemm_wg.cu, epilogue 4) instead of a cuBLAS GEMM into P4 and the transposing gate
+   * kernel (P4 written once instead of three times, read once instead of twice), with dgl
+   * copied beside them so that P = [dP4 | dgl] (rows, 4Ch + C) meets the whole w_cat in one
+   * GEMM each for dW_cat (dW_g included) and dx̂ */
+  const int K4 = 4 * Ch;
+  const int fused_gate_bwd = g_tri_variant == 2 && K % 8 == 0 &&
+                             mf_ln_gemm_wg_supported(C, Ch, 4, MF_LN_FULL, z, b.P, w->w_cat) &&
+                             tri_al16(b.P + 2 * Ch) && tri_al16(w->w_cat + (int64_t)2 * Ch * C) &&
+                             tri_al16(b.dA) && tri_al16(b.dB);
 
   /* phase 1, per chunk: out = σ(gl) ⊙ u, u = y·W_zᵀ, y = LN_out(T)
    *   ⇒ du = d⊙σ, dgl = d⊙u⊙σ(1−σ); dW_z += duᵀ·y; dW_g += dglᵀ·x̂; dy = du·W_z;
@@ -955,7 +966,7 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
     if (G(w_z))
       mf_gemm_rm_cuda(blas, stream, 1, 0, C, Ch, rows, 1.0f, b.du, C, b.y, Ch, 1.0f, G(w_z),
                       MF_GEMM_OUT_F32, Ch);
-    if (dw_g)
+    if (dw_g && !fused_gate_bwd) /* variant 2: in phase 3 with dW_cat */
       mf_gemm_rm_cuda(blas, stream, 1, 0, C, C, rows, 1.0f, dgl + r0 * C, C, b.xh, C, 1.0f, dw_g,
                       MF_GEMM_OUT_F32, C);
     mf_gemm_rm_cuda(blas, stream, 0, 0, rows, Ch, C, 1.0f, b.du, C, w->w_z, Ch, 0.0f, b.dy,
@@ -979,37 +990,36 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
   /* phase 3, per chunk: A = pm⊙σ(ag)⊙ap, B likewise (recomputed projections)
    *   ⇒ dP4 = [dap | dag | dbp | dbg]; dW_cat[0:4Ch] += dP4ᵀ·x̂;
    *     dx̂ = dP4·W_cat[0:4Ch] + dgl·W_g; dz = LN_in backward of dx̂ */
-  const int K4 = 4 * Ch;
-  /* variant 2: the recomputed projection and the gate backward as two wgmma kernels
-   * (ln_gemm_wg.cu, epilogue 4) instead of a cuBLAS GEMM into P4 and the transposing gate
-   * kernel: P4 is written once instead of three times and read once instead of twice */
-  const int fused_gate_bwd = g_tri_variant == 2 && K4 % 8 == 0 &&
-                             mf_ln_gemm_wg_supported(C, Ch, 4, MF_LN_FULL, z, b.P, w->w_cat) &&
-                             tri_al16(b.P + 2 * Ch) && tri_al16(w->w_cat + (int64_t)2 * Ch * C) &&
-                             tri_al16(b.dA) && tri_al16(b.dB);
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
     mf_ln_rows_cuda(b.xh, s.mu_in + r0, s.rs_in + r0, z + r0 * C, w->ln_in_g, w->ln_in_b, rows,
                     C, MF_LN_FULL, 1, stream);
-    if (fused_gate_bwd) { /* P4 ← [dap | dag | dbp | dbg] straight from z (variant 2) */
+    if (fused_gate_bwd) { /* P ← [dap | dag | dbp | dbg | dgl] straight from z (variant 2) */
       const uint8_t *pmc = pm ? pm + r0 : NULL;
-      mf_ln_gemm_wg_gated_bwd_cuda(b.P, K4, b.dA + r0, ldm, NULL, NULL, z + r0 * C, w->ln_in_g,
+      mf_ln_gemm_wg_gated_bwd_cuda(b.P, K, b.dA + r0, ldm, NULL, NULL, z + r0 * C, w->ln_in_g,
                                    w->ln_in_b, w->w_cat, pmc, rows, C, Ch, MF_LN_FULL, stream);
-      mf_ln_gemm_wg_gated_bwd_cuda(b.P + 2 * Ch, K4, b.dB + r0, ldm, NULL, NULL, z + r0 * C,
+      mf_ln_gemm_wg_gated_bwd_cuda(b.P + 2 * Ch, K, b.dB + r0, ldm, NULL, NULL, z + r0 * C,
                                    w->ln_in_g, w->ln_in_b, w->w_cat + (int64_t)2 * Ch * C, pmc,
                                    rows, C, Ch, MF_LN_FULL, stream);
+      MF_CHECK_CUDA(cudaMemcpy2DAsync(b.P + K4, (size_t)K * 2, dgl + r0 * C, (size_t)C * 2,
+                                      (size_t)C * 2, (size_t)rows, cudaMemcpyDeviceToDevice, stream));
+      if (dw_cat) /* dW_cat (w_g's rows included) += Pᵀ·x̂ */
+        mf_gemm_rm_cuda(blas, stream, 1, 0, K, C, rows, 1.0f, b.P, K, b.xh, C, 1.0f, dw_cat,
+                        MF_GEMM_OUT_F32, C);
+      mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, K, 1.0f, b.P, K, w->w_cat, C, 0.0f, b.dxh,
+                      MF_GEMM_OUT_F32, C);
     } else {
       mf_gemm_rm_cuda(blas, stream, 0, 1, rows, K4, C, 1.0f, b.xh, C, w->w_cat, C, 0.0f, b.P,
                       MF_GEMM_OUT_BF16, K4);
       launch_gate_bwd(b.P, b.dA, b.dB, pm, M, ldm, r0, rows, Ch, stream);
-    }
-    if (dw_cat)
-      mf_gemm_rm_cuda(blas, stream, 1, 0, K4, C, rows, 1.0f, b.P, K4, b.xh, C, 1.0f, dw_cat,
+      if (dw_cat)
+        mf_gemm_rm_cuda(blas, stream, 1, 0, K4, C, rows, 1.0f, b.P, K4, b.xh, C, 1.0f, dw_cat,
+                        MF_GEMM_OUT_F32, C);
+      mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, K4, 1.0f, b.P, K4, w->w_cat, C, 0.0f, b.dxh,
                       MF_GEMM_OUT_F32, C);
-    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, K4, 1.0f, b.P, K4, w->w_cat, C, 0.0f, b.dxh,
-                    MF_GEMM_OUT_F32, C);
-    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, C, 1.0f, dgl + r0 * C, C, w_g, C, 1.0f, b.dxh,
-                    MF_GEMM_OUT_F32, C);
+      mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, C, 1.0f, dgl + r0 * C, C, w_g, C, 1.0f,
+                      b.dxh, MF_GEMM_OUT_F32, C);
+    }
     mf_ln_rows_backward_cuda(dz + r0 * C, b.part, b.dxh, z + r0 * C, s.mu_in + r0, s.rs_in + r0,
                              w->ln_in_g, rows, C, MF_LN_FULL, rd ? 1 : 0, stream);
     mf_ln_param_grad_reduce_cuda(G(ln_in_g), G(ln_in_b), b.part, mf_ln_rows_backward_parts(rows),
