@@ -574,11 +574,13 @@ static __global__ void tri_out_fwd_kernel(bf16 *__restrict__ out, const bf16 *__
   }
 }
 
-/* From dout (M, C) rows m0.. (⊙ mask with a residual), the gate logits gl (rows, C) and
- * u (rows, C): du (rows, C) = d·s,  dgl (M, C) rows m0.. = d·u·s(1 − s). */
-template <int VEC>
+/* From dout (M, C) rows m0.. (⊙ mask with a residual), the gate logits gl (rows, C; fp32,
+ * or bf16 glb when GLB) and u (rows, C): du (rows, C) = d·s,  dgl (M, C) rows m0.. =
+ * d·u·s(1 − s), s = σ(gl). */
+template <int VEC, bool GLB>
 static __global__ void tri_out_bwd_kernel(bf16 *__restrict__ du, bf16 *__restrict__ dgl,
                                    const bf16 *__restrict__ dout, const float *__restrict__ gl,
+                                   const bf16 *__restrict__ glb,
                                    const float *__restrict__ u, const float *__restrict__ mask,
                                    int axis, int N, int64_t m0, int64_t rows, int C) {
   const int cv = C / VEC;
@@ -588,7 +590,8 @@ static __global__ void tri_out_bwd_kernel(bf16 *__restrict__ du, bf16 *__restric
     const int c = (int)(i - r * cv) * VEC;
     float d[VEC], l[VEC], uu[VEC];
     mf_ldv<VEC>(d, dout + m * C + c);
-    mf_ldvf<VEC>(l, gl + r * C + c);
+    if (GLB) mf_ldv<VEC>(l, glb + r * C + c);
+    else mf_ldvf<VEC>(l, gl + r * C + c);
     mf_ldvf<VEC>(uu, u + r * C + c);
     if (mask) {
       const int64_t a = m / N, b = m - a * N;
@@ -723,15 +726,23 @@ static void launch_out_fwd(bf16 *out, const bf16 *sg, const float *u, const floa
                                                                  rows, C);
   MF_CHECK_LAUNCH();
 }
-static void launch_out_bwd(bf16 *du, bf16 *dgl, const bf16 *dout, const float *gl, const float *u,
-                           const float *mask, int axis, int N, int64_t m0, int64_t rows, int C,
-                           cudaStream_t s) {
-  if (C % 8 == 0)
-    tri_out_bwd_kernel<8><<<mf_ew_blocks(rows * C / 8), 256, 0, s>>>(du, dgl, dout, gl, u, mask,
-                                                                     axis, N, m0, rows, C);
+/* gl fp32, or glb bf16 when gl is NULL */
+static void launch_out_bwd(bf16 *du, bf16 *dgl, const bf16 *dout, const float *gl, const bf16 *glb,
+                           const float *u, const float *mask, int axis, int N, int64_t m0,
+                           int64_t rows, int C, cudaStream_t s) {
+  const int64_t n = C % 8 == 0 ? rows * C / 8 : rows * C;
+  if (C % 8 == 0 && !gl)
+    tri_out_bwd_kernel<8, true><<<mf_ew_blocks(n), 256, 0, s>>>(du, dgl, dout, gl, glb, u, mask,
+                                                                axis, N, m0, rows, C);
+  else if (C % 8 == 0)
+    tri_out_bwd_kernel<8, false><<<mf_ew_blocks(n), 256, 0, s>>>(du, dgl, dout, gl, glb, u, mask,
+                                                                 axis, N, m0, rows, C);
+  else if (!gl)
+    tri_out_bwd_kernel<1, true><<<mf_ew_blocks(n), 256, 0, s>>>(du, dgl, dout, gl, glb, u, mask,
+                                                                axis, N, m0, rows, C);
   else
-    tri_out_bwd_kernel<1><<<mf_ew_blocks(rows * C), 256, 0, s>>>(du, dgl, dout, gl, u, mask, axis,
-                                                                 N, m0, rows, C);
+    tri_out_bwd_kernel<1, false><<<mf_ew_blocks(n), 256, 0, s>>>(du, dgl, dout, gl, glb, u, mask,
+                                                                 axis, N, m0, rows, C);
   MF_CHECK_LAUNCH();
 }
 
@@ -945,24 +956,32 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
   const int K4 = 4 * Ch;
   const int fused_gate_bwd = g_tri_variant == 2 && K % 8 == 0 &&
                              mf_ln_gemm_wg_supported(C, Ch, 4, MF_LN_FULL, z, b.P, w->w_cat) &&
+                             mf_ln_gemm_wg_supported(C, C, 0, MF_LN_FULL, z, b.gl, w_g) &&
                              tri_al16(b.P + 2 * Ch) && tri_al16(w->w_cat + (int64_t)2 * Ch * C) &&
                              tri_al16(b.dA) && tri_al16(b.dB);
 
   /* phase 1, per chunk: out = σ(gl) ⊙ u, u = y·W_zᵀ, y = LN_out(T)
    *   ⇒ du = d⊙σ, dgl = d⊙u⊙σ(1−σ); dW_z += duᵀ·y; dW_g += dglᵀ·x̂; dy = du·W_z;
-   *     dT = LN_out backward of dy (channel-major) */
+   *     dT = LN_out backward of dy (channel-major). Variant 2: gl = LN_in(z)·W_gᵀ in bf16 by
+   *     one wgmma kernel, dW_g in phase 3 */
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
-    mf_ln_rows_cuda(b.xh, s.mu_in + r0, s.rs_in + r0, z + r0 * C, w->ln_in_g, w->ln_in_b, rows,
-                    C, MF_LN_FULL, 1, stream);
-    mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, C, 1.0f, b.xh, C, w_g, C, 0.0f, b.gl,
-                    MF_GEMM_OUT_F32, C);
+    bf16 *glb = (bf16 *)b.gl; /* variant 2: the gate logits in bf16, in gl's room */
+    if (fused_gate_bwd) { /* x̂ is not needed here (dW_g waits for phase 3): LN + W_g at once */
+      mf_ln_gemm_wg_cuda(glb, NULL, NULL, z + r0 * C, w->ln_in_g, w->ln_in_b, w_g, NULL, NULL,
+                         rows, C, C, MF_LN_FULL, 0, stream);
+    } else {
+      mf_ln_rows_cuda(b.xh, s.mu_in + r0, s.rs_in + r0, z + r0 * C, w->ln_in_g, w->ln_in_b, rows,
+                      C, MF_LN_FULL, 1, stream);
+      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, C, 1.0f, b.xh, C, w_g, C, 0.0f, b.gl,
+                      MF_GEMM_OUT_F32, C);
+    }
     launch_ln_cm(b.y, s.mu_out, s.rs_out, s.t, w->ln_out_g, w->ln_out_b, M, ldm, r0, rows, Ch,
                  1, stream);
     mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, Ch, 1.0f, b.y, Ch, w->w_z, Ch, 0.0f, b.u,
                     MF_GEMM_OUT_F32, C);
-    launch_out_bwd(b.du, dgl, dout, b.gl, b.u, rd ? b.mask : NULL, rd ? (int)rd->axis : 0, N, r0,
-                   rows, C, stream);
+    launch_out_bwd(b.du, dgl, dout, fused_gate_bwd ? NULL : b.gl, glb, b.u, rd ? b.mask : NULL,
+                   rd ? (int)rd->axis : 0, N, r0, rows, C, stream);
     if (G(w_z))
       mf_gemm_rm_cuda(blas, stream, 1, 0, C, Ch, rows, 1.0f, b.du, C, b.y, Ch, 1.0f, G(w_z),
                       MF_GEMM_OUT_F32, Ch);
