@@ -209,6 +209,19 @@ static void bwd_variants(const char *op, int N, bench_fn fn, void *ctx, double b
   mf_ln_gemm_bwd_set_variant(def);
 }
 
+/* The rows of one fused op (LN + Linear, gated, transition) whose buffers p holds: its
+ * forward variants, the default forward and backward, the backward variants. fl: forward
+ * FLOPs; x0: the wmma forward's extra bytes (the others': the workspace + statistics). */
+static void op_rows(const char *op, int N, bench_fn fwd, bench_fn bwd, prob *p, double act,
+                    double fl, double x0) {
+  const double st = 8.0 * (double)p->M; /* mean, rstd */
+  fwd_variants(op, N, fwd, p, 2 * act, fl, x0, (double)p->wsb + st, st);
+  fwd(p);
+  row(op, N, "fwd", median_ms(fwd, p), 2 * act, fl, (double)p->wsb + st);
+  row(op, N, "bwd", median_ms(bwd, p), 3 * act, 2 * fl, (double)p->wsb);
+  bwd_variants(op, N, bwd, p, 3 * act, 2 * fl, (double)p->wsb);
+}
+
 /* --only OP: the sections whose rows start with OP (for profiling one op); NULL: all */
 static const char *g_only = NULL;
 static int want(const char *op) { return !g_only || !strncmp(op, g_only, strlen(g_only)); }
@@ -257,12 +270,7 @@ static void bench_n(int N) {
     p.dw1 = (float *)dev_zero((size_t)C * C * 4);
     p.wsb = mf_ln_linear_cuda_workspace(M, C, C, 0);
     p.ws = dev_zero(p.wsb);
-    fwd_variants("ln_linear", N, lnl_fwd, &p, 2 * act, fl_lin, 8.0 * M, (double)p.wsb + 8.0 * M,
-                 8.0 * M);
-    lnl_fwd(&p);
-    row("ln_linear", N, "fwd", median_ms(lnl_fwd, &p), 2 * act, fl_lin, (double)p.wsb + 8.0 * M);
-    row("ln_linear", N, "bwd", median_ms(lnl_bwd, &p), 3 * act, 2 * fl_lin, (double)p.wsb);
-    bwd_variants("ln_linear", N, lnl_bwd, &p, 3 * act, 2 * fl_lin, (double)p.wsb);
+    op_rows("ln_linear", N, lnl_fwd, lnl_bwd, &p, act, fl_lin, 8.0 * M);
     MF_CHECK_CUDA(cudaFree(p.ws));
     MF_CHECK_CUDA(cudaFree(p.w1));
     MF_CHECK_CUDA(cudaFree(p.dw1));
@@ -274,12 +282,7 @@ static void bench_n(int N) {
     p.dw1 = (float *)dev_zero((size_t)2 * C * C * 4);
     p.wsb = mf_gated_linear_cuda_workspace(M, C, C);
     p.ws = dev_zero(p.wsb);
-    fwd_variants("gated_linear", N, gl_fwd, &p, 2 * act, 2 * fl_lin, 8.0 * M,
-                 (double)p.wsb + 8.0 * M, 8.0 * M);
-    gl_fwd(&p);
-    row("gated_linear", N, "fwd", median_ms(gl_fwd, &p), 2 * act, 2 * fl_lin, (double)p.wsb + 8.0 * M);
-    row("gated_linear", N, "bwd", median_ms(gl_bwd, &p), 3 * act, 4 * fl_lin, (double)p.wsb);
-    bwd_variants("gated_linear", N, gl_bwd, &p, 3 * act, 4 * fl_lin, (double)p.wsb);
+    op_rows("gated_linear", N, gl_fwd, gl_bwd, &p, act, 2 * fl_lin, 8.0 * M);
     MF_CHECK_CUDA(cudaFree(p.ws));
     MF_CHECK_CUDA(cudaFree(p.w1));
     MF_CHECK_CUDA(cudaFree(p.dw1));
@@ -293,13 +296,7 @@ static void bench_n(int N) {
     p.dw2 = (float *)dev_zero((size_t)C * Hd * 4);
     p.wsb = mf_transition_cuda_workspace(M, C, Hd);
     p.ws = dev_zero(p.wsb);
-    const double fl_tr = 6.0 * M * C * Hd;
-    fwd_variants("transition", N, tr_fwd, &p, 2 * act, fl_tr, (double)p.wsb + 8.0 * M,
-                 (double)p.wsb + 8.0 * M, 8.0 * M);
-    tr_fwd(&p);
-    row("transition", N, "fwd", median_ms(tr_fwd, &p), 2 * act, fl_tr, (double)p.wsb + 8.0 * M);
-    row("transition", N, "bwd", median_ms(tr_bwd, &p), 3 * act, 2 * fl_tr, (double)p.wsb);
-    bwd_variants("transition", N, tr_bwd, &p, 3 * act, 2 * fl_tr, (double)p.wsb);
+    op_rows("transition", N, tr_fwd, tr_bwd, &p, act, 6.0 * M * C * Hd, (double)p.wsb + 8.0 * M);
     MF_CHECK_CUDA(cudaFree(p.ws));
     MF_CHECK_CUDA(cudaFree(p.w1));
     MF_CHECK_CUDA(cudaFree(p.w2));
