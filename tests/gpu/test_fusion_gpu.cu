@@ -1011,6 +1011,9 @@ int main(void) {
   test_dropout(7, 65, 40, MF_DROPOUT_ROWWISE, 0.5, s += 20);
   test_dropout(65, 7, 40, MF_DROPOUT_COLWISE, 0.5, s += 20); /* grid-stride kernel */
   test_dropout(1, 3, 128, MF_DROPOUT_ROWWISE, 0.25, s += 20);
+  /* a forward above 64 MiB (the default takes the grid-stride kernel there, the slot
+   * kernel for the backward) */
+  test_dropout(520, 520, 128, MF_DROPOUT_COLWISE, 0.25, s += 20);
 
   /* the LayerNorm row kernels alone: the vectorised ones (forward C = 64 / 128 / 256,
    * backward C = 64 / 128) with partial row groups, one row, more row groups than the

@@ -71,7 +71,10 @@ static __global__ void resdrop_kernel(bf16 *__restrict__ z, const bf16 *__restri
  * wave of resident blocks. Measured (H200, 2026-11-30, bench/evofusion, rows of C = 128,
  * against resdrop_kernel in the same run; `fwd` adds into z, `bwd` assigns): M = 768² fwd
  * 0.137 ms (78 % of the copy bandwidth; resdrop_kernel 0.125, 85 %), bwd 0.088 ms (81 %;
- * 0.106, 67 %); 384²: fwd 0.036 (0.040), bwd 0.031 (0.038). */
+ * 0.106, 67 %); 384²: fwd 0.036 (0.040), bwd 0.031 (0.038). So variant 1 takes this kernel
+ * for the backward (assignment) and for forwards whose x is under RD_FWD_VEC_MAX bytes, and
+ * resdrop_kernel for larger forwards (again 09:05 UTC: 768² fwd 0.124 against 0.135 ms). */
+#define RD_FWD_VEC_MAX (64ll << 20)
 template <int ACC>
 static __global__ void __launch_bounds__(256, 3)
     resdrop_vec_kernel(bf16 *__restrict__ z, const bf16 *__restrict__ x,
@@ -134,7 +137,8 @@ static void launch_mask(float *mask, int64_t n, double p, uint64_t seed, uint64_
 static void launch_resdrop(bf16 *z, const bf16 *x, const float *mask, int64_t A, int64_t B,
                            int C, mf_dropout_axis axis, int accumulate, cudaStream_t cs) {
   const int rowwise = axis == MF_DROPOUT_ROWWISE;
-  if (g_rd_variant == 1 && C % 8 == 0 && (rowwise || C >= 64) &&
+  const int big_fwd = accumulate && A * B * C * 2 > RD_FWD_VEC_MAX;
+  if (g_rd_variant == 1 && !big_fwd && C % 8 == 0 && (rowwise || C >= 64) &&
       (((uintptr_t)z | (uintptr_t)x | (uintptr_t)mask) & 15) == 0) {
     static int occs[2] = {0, 0}; /* resident blocks per SM, per kernel */
     int &occ = occs[accumulate ? 1 : 0];

@@ -47,9 +47,10 @@ void mf_dropout_backward_cuda(__nv_bfloat16 *dx, const __nv_bfloat16 *dout, cons
                               cudaStream_t cs);
 
 /* The residual kernels: 1 (default) the slot kernel for C % 8 == 0 (ROWWISE, or COLWISE
- * with C >= 64) on 16-byte aligned pointers, bit-identical to 0, the grid-stride kernel
- * (every shape); returns the previous variant (variant < 0 only reads it). For tests and
- * the bench. */
+ * with C >= 64) on 16-byte aligned pointers — for the backward, and for forwards of at
+ * most 64 MiB of x (larger ones measured faster on the grid-stride kernel) — bit-identical
+ * to 0, the grid-stride kernel (every shape); returns the previous variant (variant < 0
+ * only reads it). For tests and the bench. */
 int mf_dropout_cuda_set_variant(int variant);
 
 #ifdef __cplusplus
