@@ -9,11 +9,13 @@
  * element (m, o) at o·ldm + m, the layout of the triangle multiplication's per-channel
  * planes: the epilogue stages its tile transposed, 64 rows of a column per 128-byte line, and
  * 8 threads store each line).
- * The same op and epilogue math as ln_gemm.cu's mma.sync kernel (ln_gemm_cuda.h); this one
- * is the ln_linear variant 3 (ln_linear_cuda.h). Not the CPU reference, not a backward.
+ * Epilogues 0–2: the same op and math as ln_gemm.cu's mma.sync kernel (ln_gemm_cuda.h), the
+ * ln_linear variant 3 (ln_linear_cuda.h); 1 (channel-major), 3 and 4: the triangle
+ * multiplication's variant 2 (trimul.cu). Not the CPU reference; epilogue 4 is the only
+ * backward here (the dW GEMMs and the LayerNorm backward stay with the caller).
  *
  * Design (a memory-bound op: read x, write out; the GEMM is small): a CTA is NWG = 3
- * warpgroups where shared memory holds them (the plain epilogue with a small W, e.g.
+ * warpgroups where shared memory holds them (the plain and sigmoid epilogues with a small W, e.g.
  * C = 128, O <= 128; mf_ln_gemm_wg_set_nwg), else 2, that run INDEPENDENTLY on 64-row
  * subtiles (warpgroup wg takes subtiles s = NWG·blockIdx + wg, + NWG·gridDim, …),
  * synchronising only among their own 128 threads (named barriers), so one group's
