@@ -180,7 +180,7 @@ static void fwd_variants(const char *op, int N, bench_fn fn, void *ctx, double b
     mf_ln_linear_cuda_set_variant(v);
     row(name, N, "fwd", median_ms(fn, ctx), bytes, flops, extra[v]);
   }
-  if (!strcmp(op, "ln_linear")) { /* "[wgmma-2wg]": the wgmma kernel at two warpgroups a CTA */
+  if (!strcmp(op, "ln_linear") || !strcmp(op, "gated_linear")) { /* "[wgmma-2wg]": the wgmma kernel at two warpgroups a CTA */
     char name[64];
     snprintf(name, sizeof name, "%s[wgmma-2wg]", op);
     mf_ln_linear_cuda_set_variant(3);

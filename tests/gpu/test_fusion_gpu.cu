@@ -284,8 +284,10 @@ static void test_gated(int64_t M, int C, int O, mf_ln_mode mode, int use_mask, i
     poison(dx_d, M * C * 2);
     poison(mean_d, M * 4);
     poison(rstd_d, M * 4);
+    if (g_lnl_nwg_ab) mf_ln_gemm_wg_set_nwg(run == 0 ? 3 : 2);
     mf_gated_linear_forward_cuda(out_d, mean_d, rstd_d, x_d, g_d, b_d, W_d, mask_d, M, C, O, mode,
                                  ws, wsb, &g_blas, 0);
+    if (g_lnl_nwg_ab) mf_ln_gemm_wg_set_nwg(3);
     mf_gated_linear_backward_cuda(dx_d, dg_d, db_d, dW_d, dout_d, mean_d, rstd_d, x_d, g_d, b_d,
                                   W_d, mask_d, M, C, O, mode, ws, wsb, &g_blas, 0);
     MF_CHECK_CUDA(cudaDeviceSynchronize());
@@ -843,6 +845,7 @@ int main(void) {
     g_lnl_nwg_ab = 1; /* three warpgroups per CTA against two, bit for bit */
     test_ln_linear(40000, 128, 128, MF_LN_FULL, 1, 0, s += 20, 3);
     test_ln_linear(1001, 64, 128, MF_LN_SCALE, 0, 0, s += 20, 3);
+    test_gated(40000, 128, 128, MF_LN_FULL, 1, 0, s += 20, 3); /* one raw buffer per warpgroup */
     g_lnl_nwg_ab = 0;
     test_gated(300, 128, 128, MF_LN_FULL, 1, 0, s += 20, 3);
     test_gated(300, 128, 192, MF_LN_SCALE, 1, 0, s += 20, 3);
@@ -917,11 +920,14 @@ int main(void) {
     test_transition_inplace(300, 64, 256, MF_LN_NONE, s += 20, v);
     test_transition_inplace(300, 384, 1536, MF_LN_FULL, s += 20, v); /* fallback */
   }
-  /* the wgmma forward with three warpgroups per CTA against two, bit for bit */
+  /* the wgmma forwards (LN + Linear, gated) with three warpgroups per CTA against two, bit
+   * for bit */
   g_lnl_nwg_ab = 1;
   test_ln_linear(40000, 128, 128, MF_LN_FULL, 1, 0, s += 20, 3);
   test_ln_linear(1001, 64, 128, MF_LN_SCALE, 0, 0, s += 20, 3);
   test_ln_linear(4099, 128, 64, MF_LN_NONE, 1, 0, s += 20, 3);
+  test_gated(40000, 128, 128, MF_LN_FULL, 1, 0, s += 20, 3);
+  test_gated(1001, 64, 128, MF_LN_SCALE, 0, 0, s += 20, 3);
   g_lnl_nwg_ab = 0;
   mf_ln_linear_cuda_set_variant(default_variant);
   test_ln_gemm_swiglu(300, 128, 128, MF_LN_FULL, s += 20, 0);

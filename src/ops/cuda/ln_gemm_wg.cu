@@ -76,21 +76,24 @@ static size_t lw_smem_bytes(int C, int O, int epi, int nbuf, int nwg) {
 }
 /* Raw row buffers per warpgroup for nwg warpgroups: the most that fit (≤ LW_MAXBUF), capped
  * by MF_LN_GEMM_WG_NBUF (2..4) from the environment (read once; for the lab and the bench);
- * 0 when not even two fit. */
-static int lw_nbuf(int C, int O, int epi, int nwg) {
+ * 0 when not even min_nb fit. With one buffer the next subtile's rows are requested once the
+ * LayerNorm has read this one's, and land during its GEMM and epilogue. */
+static int lw_nbuf(int C, int O, int epi, int nwg, int min_nb = 2) {
   static int cap = 0;
   if (!cap) {
     const char *e = getenv("MF_LN_GEMM_WG_NBUF");
     const int v = e ? atoi(e) : 0;
     cap = v >= 2 && v <= LW_MAXBUF ? v : LW_MAXBUF;
   }
-  for (int nb = cap; nb >= 2; nb--)
+  for (int nb = cap; nb >= min_nb; nb--)
     if (lw_smem_bytes(C, O, epi, nb, nwg) <= LW_SMEM_MAX) return nb;
   return 0;
 }
-/* Warpgroups per CTA: 3 where they fit with two raw buffers each (more warps to hide the
- * LayerNorm's latency; the plain and sigmoid epilogues only, e.g. C = 128, O <= 128), else 2;
- * mf_ln_gemm_wg_set_nwg caps it. */
+/* Raw buffers of the 3-warpgroup gated kernel: one is all that fits next to its W. */
+static int lw_min_nb(int epi, int nwg) { return nwg == 3 && epi == 1 ? 1 : 2; }
+/* Warpgroups per CTA: 3 where they fit (more warps to hide the LayerNorm's latency) — with
+ * two raw buffers each for the plain and sigmoid epilogues (e.g. C = 128, O <= 128), with
+ * one for the gated epilogue (C = 128, O <= 128) — else 2; mf_ln_gemm_wg_set_nwg caps it. */
 static int g_nwg_cap = 3;
 extern "C" int mf_ln_gemm_wg_set_nwg(int nwg) {
   const int prev = g_nwg_cap;
@@ -98,7 +101,10 @@ extern "C" int mf_ln_gemm_wg_set_nwg(int nwg) {
   return prev;
 }
 static int lw_nwg(int C, int O, int epi) {
-  return g_nwg_cap >= 3 && (epi == 0 || epi == 3) && lw_nbuf(C, O, epi, 3) > 0 ? 3 : 2;
+  return g_nwg_cap >= 3 && (epi == 0 || epi == 1 || epi == 3) &&
+                 lw_nbuf(C, O, epi, 3, lw_min_nb(epi, 3)) > 0
+             ? 3
+             : 2;
 }
 
 static __device__ __forceinline__ void lw_bar_wg(int wg) { /* the 128 threads of warpgroup wg */
@@ -352,7 +358,7 @@ typedef struct {
 
 template <int C, int EPI, int NWG, bool CM>
 static void lw_launch_n(const lw_args &a, cudaStream_t s) {
-  const int nbuf = lw_nbuf(C, a.O, EPI, NWG);
+  const int nbuf = lw_nbuf(C, a.O, EPI, NWG, lw_min_nb(EPI, NWG));
   const size_t smem = lw_smem_bytes(C, a.O, EPI, nbuf, NWG);
   MF_CHECK_CUDA(cudaFuncSetAttribute(ln_gemm_wg_kernel<C, EPI, NWG, CM>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -368,11 +374,12 @@ template <int C, int EPI>
 static void lw_launch(const lw_args &a, cudaStream_t s) {
   if constexpr (EPI == 1 || EPI == 3) /* the channel-major kernels (the triangle multiplication's) */
     if (a.ldm > 0) {
-      lw_launch_n<C, EPI, 2, true>(a, s);
+      if (EPI == 1 && lw_nwg(C, a.O, EPI) == 3) lw_launch_n<C, EPI, 3, true>(a, s);
+      else lw_launch_n<C, EPI, 2, true>(a, s);
       return;
     }
   MF_ASSERT(a.ldm == 0 || EPI == 4, "ln_gemm_wg: channel-major out with epilogue %d", EPI);
-  if constexpr (EPI == 0 || EPI == 3)
+  if constexpr (EPI == 0 || EPI == 1 || EPI == 3)
     if (lw_nwg(C, a.O, EPI) == 3) {
       lw_launch_n<C, EPI, 3, false>(a, s);
       return;
