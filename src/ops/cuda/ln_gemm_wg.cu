@@ -15,13 +15,14 @@
  * backward here (the dW GEMMs and the LayerNorm backward stay with the caller).
  *
  * Design (a memory-bound op: read x, write out; the GEMM is small): a CTA is NWG = 3
- * warpgroups where shared memory holds them (the plain and sigmoid epilogues with a small W, e.g.
- * C = 128, O <= 128; mf_ln_gemm_wg_set_nwg), else 2, that run INDEPENDENTLY on 64-row
+ * warpgroups where shared memory holds them (the plain, sigmoid and gated epilogues with a
+ * small W, e.g. C = 128, O <= 128; mf_ln_gemm_wg_set_nwg), else 2, that run INDEPENDENTLY on 64-row
  * subtiles (warpgroup wg takes subtiles s = NWG·blockIdx + wg, + NWG·gridDim, …),
  * synchronising only among their own 128 threads (named barriers), so one group's
  * LayerNorm / epilogue overlaps another's GEMM and the groups drift apart freely. W is loaded once per CTA into shared memory in the swizzled
  * wgmma operand layout (wgmma_ptx.cuh) and stays resident. Each warpgroup's raw x rows
- * are cp.async'd NBUF (2–4, as shared memory allows; MF_LN_GEMM_WG_NBUF caps it) subtiles
+ * are cp.async'd NBUF (2–4, as shared memory allows, 1 for the 3-warpgroup gated kernel;
+ * MF_LN_GEMM_WG_NBUF caps it) subtiles
  * ahead, so HBM reads stay in flight during the LayerNorm, GEMM and epilogue of the
  * current subtile (what the mma.sync kernel, latency-bound at 8 warps per SM, lacks).
  * Per subtile:
