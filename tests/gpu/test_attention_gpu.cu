@@ -454,6 +454,10 @@ int main(void) {
     run_case_mode(&t, 8, 36, 0);
     run_case_mode(&f, 8, 35, 1);
     g_tma_ab = 0;
+    const int def = mf_attention_cuda_set_tma(-1); /* the fused pass on wgmma */
+    mf_attention_cuda_set_tma(def | MF_ATT_TMA_FUSED_WG);
+    run_case_mode(&f, 0, 37, 1);
+    mf_attention_cuda_set_tma(def);
     return mf_test_end();
   }
   const int Ns[] = {1, 7, 63, 64, 65, 200, 384};
@@ -537,6 +541,25 @@ int main(void) {
       for (int i = 0; i < (int)(sizeof dc / sizeof dc[0]); i++) run_case(&dc[i], 0, seed += 100);
     }
     mf_attention_cuda_set_dbias_wg(0);
+  }
+  /* the fused pass with its Sᵀ, dPᵀ, dV, dK products on wgmma (MF_ATT_TMA_FUSED_WG): against
+   * the double reference and bit-identical over two runs (its sums are ordered differently
+   * from the mma.sync kernels', so it is not compared with them bit for bit); packed and
+   * strided views, odd N (partial query and key tiles), masks with a fully masked row,
+   * gates, no bias, B = 2, several slabs per persistent CTA */
+  {
+    const att_case wc[] = {{1, 5, 4, 130, 32, 1, 1, 1, 0}, {2, 7, 2, 65, 32, 1, 1, 0, 0},
+                           {1, 33, 4, 33, 32, 1, 0, 1, 0}, {1, 3, 2, 200, 32, 0, 1, 1, 0},
+                           {2, 100, 4, 70, 32, 1, 1, 1, 3}};
+    const int def = mf_attention_cuda_set_tma(-1);
+    mf_attention_cuda_set_tma(def | MF_ATT_TMA_FUSED_WG);
+    const long t0 = mf_attention_cuda_tma_calls();
+    for (int i = 0; i < (int)(sizeof wc / sizeof wc[0]); i++) {
+      run_case(&wc[i], 0, seed += 100);
+      if (i < 4) run_case_mode(&wc[i], 0, seed += 100, 1 + i % 2);
+    }
+    MF_TEST(mf_attention_cuda_tma_calls() > t0, "fused-wg: the TMA kernels ran");
+    mf_attention_cuda_set_tma(def);
   }
   /* strided views (starting- and ending-style rows) on the default path (fused pass for
    * R > 1, dq pass with dbias for R = 1, split dbias pass), the three-pass and portable

@@ -399,9 +399,11 @@ __device__ __forceinline__ void mm_abt(float acc[8][4], const uint32_t a[DP / 16
   mm_abt_v<DP, MMA>(acc, a, tv_tile<DP>{m});
 }
 
-/* acc (16, DP) += P (16, 64; C fragments, rounded to bf16 here) · M, M a (64, DP) tile. */
-template <int DP, bool MMA, class TV>
-__device__ __forceinline__ void mm_pm_v(float acc[DP / 8][4], const float p[8][4], const TV &m) {
+/* acc (16, DP) += P (16, 64; C fragments, rounded to bf16 here) · M, M a (64, DP) tile.
+ * RS: also acc[DP / 8] (16, 8) += P · 1, the row sums of the rounded P (every column). */
+#define ATT_BF16_ONES 0x3f803f80u /* two bf16 1.0 */
+template <int DP, bool MMA, class TV, bool RS = false>
+__device__ __forceinline__ void mm_pm_v(float acc[][4], const float p[8][4], const TV &m) {
   const int lane = threadIdx.x % MF_WARP_SIZE, i = lane / 8;
 #pragma unroll
   for (int j = 0; j < 4; j++) {
@@ -417,6 +419,7 @@ __device__ __forceinline__ void mm_pm_v(float acc[DP / 8][4], const float p[8][4
       mma_16816<MMA>(acc[2 * n2], a, b[0], b[1]);
       mma_16816<MMA>(acc[2 * n2 + 1], a, b[2], b[3]);
     }
+    if constexpr (RS) mma_16816<MMA>(acc[DP / 8], a, ATT_BF16_ONES, ATT_BF16_ONES);
   }
 }
 template <int DP, bool MMA>
@@ -506,6 +509,52 @@ __device__ __forceinline__ void logits(float s[8][4], const TV &bs, const uint8_
       mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
     }
   }
+}
+
+/* One online-softmax step of the forward over a key tile's logits s (natural units; mx0,
+ * mx1: the maxima of rows g, g+8 over this thread's columns, from logits()): the rows'
+ * running maxima m0, m1 updated, s replaced by P = 2^(log2e·(s − m)) (a row with no valid
+ * key yet uses m = 0), and the accumulators o[0..NO) rescaled by 2^(log2e·(m_old − m_new)).
+ * o[NO − 1] is the row-sum block that mm_pm_v<RS> adds P·1 to (README step 15: the row
+ * sums by the tensor cores, 4 mma.sync per tile in place of 32 FADDs per thread; they
+ * are the sums of the bf16-rounded P that the products use). */
+template <bool MMA, int NO>
+__device__ __forceinline__ void softmax_step(float s[8][4], float o[NO][4], float &m0, float &m1,
+                                             float mx0, float mx1) {
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+  /* exp2 domain: p = 2^(log2e·s − log2e·m); a row with no valid key yet uses m = 0 */
+  const float mu0 = mn0 == -INFINITY ? 0.f : mn0 * ATT_LOG2E;
+  const float mu1 = mn1 == -INFINITY ? 0.f : mn1 * ATT_LOG2E;
+  const float al0 = fast_exp2<MMA>(fmaf(m0, ATT_LOG2E, -mu0)), al1 = fast_exp2<MMA>(fmaf(m1, ATT_LOG2E, -mu1));
+#pragma unroll
+  for (int i = 0; i < NO; i++) {
+    o[i][0] *= al0; o[i][1] *= al0;
+    o[i][2] *= al1; o[i][3] *= al1;
+  }
+  m0 = mn0;
+  m1 = mn1;
+#pragma unroll
+  for (int nb = 0; nb < 8; nb++) {
+    s[nb][0] = fast_exp2<MMA>(fmaf(s[nb][0], ATT_LOG2E, -mu0));
+    s[nb][1] = fast_exp2<MMA>(fmaf(s[nb][1], ATT_LOG2E, -mu0));
+    s[nb][2] = fast_exp2<MMA>(fmaf(s[nb][2], ATT_LOG2E, -mu1));
+    s[nb][3] = fast_exp2<MMA>(fmaf(s[nb][3], ATT_LOG2E, -mu1));
+  }
+}
+
+/* The forward's end of a row pair, from the row sums l0, l1 (rows g, g+8; mm_pm_v<RS>
+ * leaves the whole sum in every column): lse (-inf for a row with no valid key) and the
+ * normaliser of o (0 for such a row). */
+__device__ __forceinline__ void softmax_finish(float l0, float l1, float m0, float m1, float &lse0,
+                                               float &lse1, float &inv0, float &inv1) {
+  inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
+  inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  lse0 = l0 > 0.f ? m0 + log2f(l0) * ATT_LN2 : -INFINITY;
+  lse1 = l1 > 0.f ? m1 + log2f(l1) * ATT_LN2 : -INFINITY;
 }
 
 /* ------------------------------------------------------------------------------------
@@ -615,10 +664,10 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
   uint32_t qf[DP / 16][4];
   load_a_frags<DP, MMA>(qf, Qs, warp);
 
-  float o[DP / 8][4];
+  float o[DP / 8 + 1][4]; /* the output's n-blocks, then the row sums (mm_pm_v<RS>) */
 #pragma unroll
-  for (int i = 0; i < DP / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  for (int i = 0; i < DP / 8 + 1; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY;
 
   /* the next tile's mask bytes, fetched a step ahead (mask_fetch) */
   uint32_t mnext = ldkv && nkb > 1 ? mask_fetch(mg, ATT_BK, K) : 0u;
@@ -654,48 +703,18 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
     float mx0 = -INFINITY, mx1 = -INFINITY;
     if (all_valid(ms)) logits<false, MMA>(s, tv_bias{bs}, ms, p.scale, warp, mx0, mx1);
     else logits<true, MMA>(s, tv_bias{bs}, ms, p.scale, warp, mx0, mx1);
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    /* exp2 domain: p = 2^(log2e·s − log2e·m); a row with no valid key yet uses m = 0 */
-    const float mu0 = mn0 == -INFINITY ? 0.f : mn0 * ATT_LOG2E;
-    const float mu1 = mn1 == -INFINITY ? 0.f : mn1 * ATT_LOG2E;
-    const float al0 = fast_exp2<MMA>(fmaf(m0, ATT_LOG2E, -mu0)), al1 = fast_exp2<MMA>(fmaf(m1, ATT_LOG2E, -mu1));
-    m0 = mn0;
-    m1 = mn1;
-    float ls0 = 0.f, ls1 = 0.f;
-#pragma unroll
-    for (int nb = 0; nb < 8; nb++) {
-      s[nb][0] = fast_exp2<MMA>(fmaf(s[nb][0], ATT_LOG2E, -mu0));
-      s[nb][1] = fast_exp2<MMA>(fmaf(s[nb][1], ATT_LOG2E, -mu0));
-      s[nb][2] = fast_exp2<MMA>(fmaf(s[nb][2], ATT_LOG2E, -mu1));
-      s[nb][3] = fast_exp2<MMA>(fmaf(s[nb][3], ATT_LOG2E, -mu1));
-      ls0 += s[nb][0] + s[nb][1];
-      ls1 += s[nb][2] + s[nb][3];
-    }
-    l0 = l0 * al0 + ls0;
-    l1 = l1 * al1 + ls1;
-#pragma unroll
-    for (int i = 0; i < DP / 8; i++) {
-      o[i][0] *= al0; o[i][1] *= al0;
-      o[i][2] *= al1; o[i][3] *= al1;
-    }
-    mm_pm<DP, MMA>(o, s, vs);
+    softmax_step<MMA, DP / 8 + 1>(s, o, m0, m1, mx0, mx1);
+    mm_pm_v<DP, MMA, tv_tile<DP>, true>(o, s, tv_tile<DP>{vs});
     __syncthreads(); /* the stage is refilled by the next iteration's prefetch */
   }
 
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  float lse0, lse1, inv0, inv1;
+  softmax_finish(o[DP / 8][0], o[DP / 8][2], m0, m1, lse0, lse1, inv0, inv1);
   const int row0 = q0 + warp * 16 + gq, row1 = row0 + 8;
   if (act && p.lse && t == 0) {
     float *lg = p.lse + brh * Q;
-    if (row0 < Q) lg[row0] = l0 > 0.f ? m0 + log2f(l0) * ATT_LN2 : -INFINITY;
-    if (row1 < Q) lg[row1] = l1 > 0.f ? m1 + log2f(l1) * ATT_LN2 : -INFINITY;
+    if (row0 < Q) lg[row0] = lse0;
+    if (row1 < Q) lg[row1] = lse1;
   }
 #pragma unroll
   for (int i = 0; i < DP / 8; i++) {
@@ -818,10 +837,10 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
   uint32_t qf[2][4];
   load_a_frags_v<32, true>(qf, tv_sw64{reinterpret_cast<const bf16 *>(sb + 2 * TMA_STAGE)}, warp);
 
-  float o[4][4];
+  float o[5][4]; /* the output's n-blocks, then the row sums (mm_pm_v<RS>) */
 #pragma unroll
-  for (int i = 0; i < 4; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  for (int i = 0; i < 5; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY;
   const bool gate_smem = p.gate != NULL && nkb > 0;
   const bf16 *gg = p.gate ? p.gate + vofs(p.sg, b, r, h) : NULL;
   for (int it = 0; it < nkb; it++) {
@@ -855,47 +874,18 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
     float mx0 = -INFINITY, mx1 = -INFINITY;
     if (all_valid(ms)) logits<false, true>(s, bs, ms, p.scale, warp, mx0, mx1);
     else logits<true, true>(s, bs, ms, p.scale, warp, mx0, mx1);
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float mu0 = mn0 == -INFINITY ? 0.f : mn0 * ATT_LOG2E;
-    const float mu1 = mn1 == -INFINITY ? 0.f : mn1 * ATT_LOG2E;
-    const float al0 = ex2_sm80(fmaf(m0, ATT_LOG2E, -mu0)), al1 = ex2_sm80(fmaf(m1, ATT_LOG2E, -mu1));
-    m0 = mn0;
-    m1 = mn1;
-    float ls0 = 0.f, ls1 = 0.f;
-#pragma unroll
-    for (int nb = 0; nb < 8; nb++) {
-      s[nb][0] = ex2_sm80(fmaf(s[nb][0], ATT_LOG2E, -mu0));
-      s[nb][1] = ex2_sm80(fmaf(s[nb][1], ATT_LOG2E, -mu0));
-      s[nb][2] = ex2_sm80(fmaf(s[nb][2], ATT_LOG2E, -mu1));
-      s[nb][3] = ex2_sm80(fmaf(s[nb][3], ATT_LOG2E, -mu1));
-      ls0 += s[nb][0] + s[nb][1];
-      ls1 += s[nb][2] + s[nb][3];
-    }
-    l0 = l0 * al0 + ls0;
-    l1 = l1 * al1 + ls1;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      o[i][0] *= al0; o[i][1] *= al0;
-      o[i][2] *= al1; o[i][3] *= al1;
-    }
-    mm_pm_v<32, true>(o, s, tv_sw64{vs});
+    softmax_step<true, 5>(s, o, m0, m1, mx0, mx1);
+    mm_pm_v<32, true, tv_sw64, true>(o, s, tv_sw64{vs});
     mf_mbar_arrive(empty + 8 * st); /* this thread is done with the stage */
   }
 
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  float lse0, lse1, inv0, inv1;
+  softmax_finish(o[4][0], o[4][2], m0, m1, lse0, lse1, inv0, inv1);
   const int row0 = q0 + warp * 16 + gq, row1 = row0 + 8;
   if (p.lse && t == 0) {
     float *lg = p.lse + brh * Q;
-    if (row0 < Q) lg[row0] = l0 > 0.f ? m0 + log2f(l0) * ATT_LN2 : -INFINITY;
-    if (row1 < Q) lg[row1] = l1 > 0.f ? m1 + log2f(l1) * ATT_LN2 : -INFINITY;
+    if (row0 < Q) lg[row0] = lse0;
+    if (row1 < Q) lg[row1] = lse1;
   }
 #pragma unroll
   for (int i = 0; i < 4; i++) {
@@ -1045,16 +1035,16 @@ __device__ __forceinline__ void pt_dst(float s[4], float dp[4], const uint32_t b
 }
 
 /* Shared by dkdv_kernel, fused_kernel and fused2_kernel: the K and V A-fragments of this
- * warp's 16 keys of a (64, DP+8) key tile, whether its keys g and g+8 are valid (Ms, from
+ * warp's 16 keys of a key tile (tile views ks, vs), whether its keys g and g+8 are valid (Ms, from
  * load_mask), and the dK, dV accumulators zeroed. */
-template <int DP, bool MMA>
-__device__ __forceinline__ void key_tile_start(uint32_t kf[DP / 16][4], uint32_t vf[DP / 16][4],
-                                               bool &kv0, bool &kv1, float dk[DP / 8][4],
-                                               float dv[DP / 8][4], const bf16 *Ks,
-                                               const bf16 *Vs, const uint8_t *Ms, int warp) {
+template <int DP, bool MMA, class TV>
+__device__ __forceinline__ void key_tile_start_v(uint32_t kf[DP / 16][4], uint32_t vf[DP / 16][4],
+                                                 bool &kv0, bool &kv1, float dk[DP / 8][4],
+                                                 float dv[DP / 8][4], const TV &ks, const TV &vs,
+                                                 const uint8_t *Ms, int warp) {
   const int gq = (threadIdx.x % MF_WARP_SIZE) >> 2;
-  load_a_frags<DP, MMA>(kf, Ks, warp);
-  load_a_frags<DP, MMA>(vf, Vs, warp);
+  load_a_frags_v<DP, MMA>(kf, ks, warp);
+  load_a_frags_v<DP, MMA>(vf, vs, warp);
   kv0 = Ms[warp * 16 + gq] != 0;
   kv1 = Ms[warp * 16 + gq + 8] != 0;
 #pragma unroll
@@ -1062,16 +1052,38 @@ __device__ __forceinline__ void key_tile_start(uint32_t kf[DP / 16][4], uint32_t
 #pragma unroll
     for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
 }
+/* The same on (64, DP+8) pitch tiles. */
+template <int DP, bool MMA>
+__device__ __forceinline__ void key_tile_start(uint32_t kf[DP / 16][4], uint32_t vf[DP / 16][4],
+                                               bool &kv0, bool &kv1, float dk[DP / 8][4],
+                                               float dv[DP / 8][4], const bf16 *Ks,
+                                               const bf16 *Vs, const uint8_t *Ms, int warp) {
+  key_tile_start_v<DP, MMA>(kf, vf, kv0, kv1, dk, dv, tv_tile<DP>{Ks}, tv_tile<DP>{Vs}, Ms, warp);
+}
 
 /* Shared by dkdv_kernel, fused_kernel and fused2_kernel: one query tile's Pᵀ and dSᵀ in
  * place of Sᵀ and dPᵀ (this warp's 16 keys × 64 queries; pt_dst per n-block, the biasᵀ
  * fragments by ldmatrix.trans of the (queries, keys) tile bs, two n-blocks per
- * instruction); ls, ds: the tile's lse·log2e and Di. STORE: dSᵀ also as bf16 into St
- * (keys, queries; pitch SP), rows of this warp's keys, for the dQ products. */
-template <bool MMA, bool STORE, class TV = tv_bias>
+ * instruction); ls, ds: the tile's lse·log2e and Di. STORE: dSᵀ also as bf16 into the
+ * (keys, queries) tile st (st_pitch or st_sw128), rows of this warp's keys, for the dQ
+ * products. */
+struct st_pitch { /* rows sp elements apart */
+  bf16 *p;
+  int sp;
+  __device__ __forceinline__ uint32_t *at(int row, int col) const {
+    return reinterpret_cast<uint32_t *>(p + row * sp + col);
+  }
+};
+struct st_sw128 { /* 128-byte rows in the 128-byte swizzle (wgmma's MN-major A operand) */
+  unsigned char *p;
+  __device__ __forceinline__ uint32_t *at(int row, int col) const {
+    return reinterpret_cast<uint32_t *>(p + mf_sw128(row, col));
+  }
+};
+template <bool MMA, bool STORE, class TV = tv_bias, class SV = st_pitch>
 __device__ __forceinline__ void pt_dst_tile(float s[8][4], float dp[8][4], const TV &bs,
                                             const float *ls, const float *ds, bool kv0, bool kv1,
-                                            float scale, bf16 *St, int SP, int warp) {
+                                            float scale, const SV &st, int warp) {
   const int lane = threadIdx.x % MF_WARP_SIZE, gq = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int nb = 0; nb < 8; nb += 2) {
@@ -1083,8 +1095,8 @@ __device__ __forceinline__ void pt_dst_tile(float s[8][4], float dp[8][4], const
       pt_dst<MMA>(s[n], dp[n], bb + 2 * hh, *reinterpret_cast<const float2 *>(ls + qc),
                   *reinterpret_cast<const float2 *>(ds + qc), kv0, kv1, scale);
       if constexpr (STORE) { /* dSᵀ rows (keys) g, g+8 of this warp, queries qc, qc+1 */
-        *reinterpret_cast<uint32_t *>(St + (warp * 16 + gq) * SP + qc) = pack_bf16x2(dp[n][0], dp[n][1]);
-        *reinterpret_cast<uint32_t *>(St + (warp * 16 + gq + 8) * SP + qc) = pack_bf16x2(dp[n][2], dp[n][3]);
+        *st.at(warp * 16 + gq, qc) = pack_bf16x2(dp[n][0], dp[n][1]);
+        *st.at(warp * 16 + gq + 8, qc) = pack_bf16x2(dp[n][2], dp[n][3]);
       }
     }
   }
@@ -1168,7 +1180,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
 
     float s[8][4], dp[8][4];
     s_dp_products<DP, MMA>(s, dp, kf, tv_tile<DP>{qs}, vf, tv_tile<DP>{dos}); /* Sᵀ = K·Qᵀ (16 keys, 64 queries), dPᵀ = V·dOᵀ */
-    pt_dst_tile<MMA, false>(s, dp, tv_bias{bs}, ls, ds, kv0, kv1, p.scale, NULL, 0, warp);
+    pt_dst_tile<MMA, false>(s, dp, tv_bias{bs}, ls, ds, kv0, kv1, p.scale, st_pitch{NULL, 0}, warp);
     mm_pm<DP, MMA>(dv, s, dos);  /* dV += Pᵀ·dO */
     mm_pm<DP, MMA>(dk, dp, qs);  /* dK += dSᵀ·Q */
     __syncthreads();
@@ -1796,7 +1808,7 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
 
         float s[8][4], dp[8][4];
         s_dp_products<DP, MMA>(s, dp, kf, tv_tile<DP>{qs}, vf, tv_tile<DP>{dos}); /* Sᵀ = K·Qᵀ (16 keys, 64 queries), dPᵀ = V·dOᵀ */
-        pt_dst_tile<MMA, true>(s, dp, tv_bias{bs}, ls, ds, kv0, kv1, p.scale, St, SP, warp);
+        pt_dst_tile<MMA, true>(s, dp, tv_bias{bs}, ls, ds, kv0, kv1, p.scale, st_pitch{St, SP}, warp);
         if constexpr (SCHED != 2) {
           mm_pm<DP, MMA>(dv, s, dos);  /* dV += Pᵀ·dO */
           mm_pm<DP, MMA>(dk, dp, qs);  /* dK += dSᵀ·Q */
@@ -1825,21 +1837,64 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
  * slots are this CTA's own global stores of the previous key tile: generic-proxy copies
  * need no proxy fence). Same arithmetic and order as fused_kernel: bit-identical dq, dk,
  * dv. Stage: Q | dO (4 KB each) | bias (8 KB) | lse·log2e | Di (256 B each). */
+/* fused_dq_step of fused_tma_kernel<true>: the same sum order over key tiles (each slot
+ * read and written by one thread), with dQ_tile (+)= dS·K as four wgmma m64n32k16: A = dS
+ * (64 queries × 16 keys per step) read MN-major from dSᵀ (kva + 2·TMA_KV: 64 key rows of
+ * 128 bytes, 128-byte swizzle), B = K (16 keys × 32) MN-major from its TMA box (kva: 64-byte
+ * rows, 64-byte swizzle). Waits for all of the warpgroup's wgmma groups (the dV / dK
+ * products the caller committed before it included). */
+__device__ __forceinline__ void fused_dq_step_wg(const att_params &p, float4 *Acc, float4 *gacc, uint32_t kva,
+                                                 int it, int st, int kb, int nkb, int b, int r, int h,
+                                                 int warp, int lane) {
+  constexpr int DP = 32, ND = DP / 8;
+  auto slot = [&](int i, int nd) { return ((i * ATT_WARPS + warp) * ND + nd) * 32 + lane; };
+  float c[ND][4];
+  float(&c16)[16] = reinterpret_cast<float(&)[16]>(c);
+#pragma unroll
+  for (int nd = 0; nd < ND; nd++) {
+    if (kb == 0) {
+      c[nd][0] = c[nd][1] = c[nd][2] = c[nd][3] = 0.f;
+    } else {
+      const float4 a = Acc[slot(st, nd)];
+      c[nd][0] = a.x; c[nd][1] = a.y; c[nd][2] = a.z; c[nd][3] = a.w;
+    }
+  }
+  mf_wg_fence();
+#pragma unroll
+  for (int j = 0; j < 4; j++) /* keys 16j..16j+15 */
+    mf_wg_ss_n32_tt(c16, mf_wg_desc_mn(kva + 2 * TMA_KV + j * 2048, 8192),
+                    mf_wg_desc_sw64(kva + j * 1024, 4096, 512), 1);
+  mf_wg_commit();
+  mf_wg_wait<0>();
+  mf_wg_pin(c16);
+  if (kb == nkb - 1) {
+    store_rows<DP>(p.dq + vofs(p.sdq, b, r, h), c, it * ATT_BQ + warp * 16, p.Q, p.D, p.sdq.row, p.scale);
+  } else {
+#pragma unroll
+    for (int nd = 0; nd < ND; nd++) gacc[slot(it, nd)] = make_float4(c[nd][0], c[nd][1], c[nd][2], c[nd][3]);
+  }
+}
+
 #define TF_STAGE 17408 /* 2·4096 + 8192 + 512, rounded up to 1 KB */
 #define TF_SMEM (2 * TF_STAGE + 2 * 64 * 40 * 2 + ATT_BK * (ATT_BQ + 8) * 2 + 2 * ATT_WARPS * 4 * 32 * 16 + \
                  ATT_MS + 2 * 8 + 1024)
 
+template <bool WG>
 __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, 32, 1)) fused_tma_kernel(att_params p, const __grid_constant__ att_tmaps tm) {
   constexpr bool MMA = true;
   constexpr int DP = 32, TP = DP + 8, TILE = 64 * TP, ND = DP / 8, SP = ATT_BQ + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = mf_smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
   unsigned char *sb = smem_raw + (base - raw);
-  bf16 *Ks = reinterpret_cast<bf16 *>(sb + 2 * TF_STAGE), *Vs = Ks + TILE; /* [TILE] each */
-  bf16 *St = Vs + TILE;                                                    /* [BK][SP]: dSᵀ */
-  float4 *Acc = reinterpret_cast<float4 *>(St + ATT_BK * SP);              /* [2][4][ND][32] */
+  /* WG: K, V as TMA boxes (64 × 64 B, 64-byte swizzle) and dSᵀ as 64 rows of 128 B in the
+   * 128-byte swizzle, the layouts wgmma reads; else (64, DP+8) pitch tiles and dSᵀ (BK, SP) */
+  unsigned char *kvs = sb + 2 * TF_STAGE;
+  bf16 *Ks = reinterpret_cast<bf16 *>(kvs), *Vs = WG ? Ks + TMA_KV / 2 : Ks + TILE;
+  bf16 *St = WG ? reinterpret_cast<bf16 *>(kvs + 2 * TMA_KV) : Vs + TILE;
+  float4 *Acc = reinterpret_cast<float4 *>(WG ? reinterpret_cast<bf16 *>(kvs + 2 * TMA_KV + ATT_BK * 128)
+                                               : St + ATT_BK * SP); /* [2][4][ND][32] */
   uint8_t *Ms = reinterpret_cast<uint8_t *>(Acc + 2 * ATT_WARPS * ND * 32);
-  const uint32_t bar = (mf_smem_u32(Ms) + ATT_MS + 7u) & ~7u;
+  const uint32_t bar = (mf_smem_u32(Ms) + ATT_MS + 7u) & ~7u, kvbar = bar + 16; /* stages 0, 1; K|V */
 
   const int K = p.K, D = p.D, nqb = p.nqb, nkb = p.nkb, tid = threadIdx.x;
   const int warp = tid / MF_WARP_SIZE, lane = tid % MF_WARP_SIZE;
@@ -1851,9 +1906,10 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, 32, 1)) fused_tma
   if (tid == 0) {
     mf_mbar_init(bar, 1);
     mf_mbar_init(bar + 8, 1);
+    mf_mbar_init(kvbar, 1);
     mf_mbar_init_fence();
   }
-  uint32_t ph = 0; /* the stages' barrier phases (bit s) */
+  uint32_t ph = 0; /* the stages' barrier phases (bit s), and K|V's (bit 2) */
   const bool has_bias = p.bias != NULL;
   if (!has_bias) /* zero bias tiles in both stages, never overwritten */
     for (int s = 0; s < 2; s++)
@@ -1887,17 +1943,30 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, 32, 1)) fused_tma
       };
 
       __syncthreads(); /* the previous key tile is done with every buffer (and the barriers are set) */
-      rp.template load<MMA>(Ks, kg, K - k0, stk);
-      rp.template load<MMA>(Vs, vg, K - k0, stv);
+      if constexpr (WG) {
+        if (tid == 0) {
+          mf_mbar_expect_tx(kvbar, 2 * TMA_KV);
+          tma_view(base + 2 * TF_STAGE, &tm.k, tm.pk, k0, h, r, b, kvbar);
+          tma_view(base + 2 * TF_STAGE + TMA_KV, &tm.v, tm.pv, k0, h, r, b, kvbar);
+        }
+      } else {
+        rp.template load<MMA>(Ks, kg, K - k0, stk);
+        rp.template load<MMA>(Vs, vg, K - k0, stv);
+      }
       load_mask(Ms, mg, k0, K);
       prefetch(0, 0);
       cp_async_commit<MMA>();
       cp_async_wait<MMA, 0>();
+      if constexpr (WG) {
+        mf_mbar_wait(kvbar, (ph >> 2) & 1u);
+        ph ^= 4u;
+      }
       __syncthreads();
       uint32_t kf[DP / 16][4], vf[DP / 16][4];
       bool kv0, kv1;
       float dk[DP / 8][4], dv[DP / 8][4];
-      key_tile_start<DP, MMA>(kf, vf, kv0, kv1, dk, dv, Ks, Vs, Ms, warp);
+      if constexpr (WG) key_tile_start_v<DP, MMA>(kf, vf, kv0, kv1, dk, dv, tv_sw64{Ks}, tv_sw64{Vs}, Ms, warp);
+      else key_tile_start<DP, MMA>(kf, vf, kv0, kv1, dk, dv, Ks, Vs, Ms, warp);
 
       for (int it = 0; it < nqb; it++) {
         const int st = it & 1;
@@ -1914,13 +1983,62 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, 32, 1)) fused_tma
         const float *ds = ls + ATT_BQ;
 
         float s[8][4], dp[8][4];
-        s_dp_products<DP, MMA>(s, dp, kf, tv_sw64{qs}, vf, tv_sw64{dos}); /* Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ */
-        pt_dst_tile<MMA, true>(s, dp, tv_sw128{qs + TMA_KV}, ls, ds, kv0, kv1, p.scale, St, SP, warp);
-        mm_pm_v<DP, MMA>(dv, s, tv_sw64{dos}); /* dV += Pᵀ·dO */
-        mm_pm_v<DP, MMA>(dk, dp, tv_sw64{qs}); /* dK += dSᵀ·Q */
-        __syncthreads();                       /* dSᵀ complete */
-
-        fused_dq_step<DP, true>(p, Acc, gacc, St, Ks, it, st, kb, nkb, b, r, h, warp, lane, p.Q, D);
+        const uint32_t qa = base + st * TF_STAGE, oa = qa + TMA_KV; /* the Q and dO tiles */
+        float(&dv16)[16] = reinterpret_cast<float(&)[16]>(dv);
+        float(&dk16)[16] = reinterpret_cast<float(&)[16]>(dk);
+        if constexpr (WG) { /* Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ: A (K, V) from registers, B K-major */
+          float(&s32)[32] = reinterpret_cast<float(&)[32]>(s);
+          float(&dp32)[32] = reinterpret_cast<float(&)[32]>(dp);
+          mf_wg_fence();
+          mf_wg_rs_n64<0>(s32, kf[0], mf_wg_desc_sw64(qa, 16, 512), 0);
+          mf_wg_rs_n64<0>(s32, kf[1], mf_wg_desc_sw64(qa + 32, 16, 512), 1);
+          mf_wg_rs_n64<0>(dp32, vf[0], mf_wg_desc_sw64(oa, 16, 512), 0);
+          mf_wg_rs_n64<0>(dp32, vf[1], mf_wg_desc_sw64(oa + 32, 16, 512), 1);
+          mf_wg_commit();
+          mf_wg_wait<0>();
+          mf_wg_pin(s32);
+          mf_wg_pin(dp32);
+        } else {
+          s_dp_products<DP, MMA>(s, dp, kf, tv_sw64{qs}, vf, tv_sw64{dos}); /* Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ */
+        }
+        if constexpr (WG)
+          pt_dst_tile<MMA, true>(s, dp, tv_sw128{qs + TMA_KV}, ls, ds, kv0, kv1, p.scale,
+                                 st_sw128{reinterpret_cast<unsigned char *>(St)}, warp);
+        else
+          pt_dst_tile<MMA, true>(s, dp, tv_sw128{qs + TMA_KV}, ls, ds, kv0, kv1, p.scale, st_pitch{St, SP}, warp);
+        if constexpr (WG) { /* dV += Pᵀ·dO, dK += dSᵀ·Q: A from registers, B (queries × D) MN-major */
+          uint32_t pa[4][4], sa[4][4];
+#pragma unroll
+          for (int j = 0; j < 4; j++) {
+            pa[j][0] = pack_bf16x2(s[2 * j][0], s[2 * j][1]);
+            pa[j][1] = pack_bf16x2(s[2 * j][2], s[2 * j][3]);
+            pa[j][2] = pack_bf16x2(s[2 * j + 1][0], s[2 * j + 1][1]);
+            pa[j][3] = pack_bf16x2(s[2 * j + 1][2], s[2 * j + 1][3]);
+            sa[j][0] = pack_bf16x2(dp[2 * j][0], dp[2 * j][1]);
+            sa[j][1] = pack_bf16x2(dp[2 * j][2], dp[2 * j][3]);
+            sa[j][2] = pack_bf16x2(dp[2 * j + 1][0], dp[2 * j + 1][1]);
+            sa[j][3] = pack_bf16x2(dp[2 * j + 1][2], dp[2 * j + 1][3]);
+          }
+          mf_wg_fence();
+#pragma unroll
+          for (int j = 0; j < 4; j++) mf_wg_rs_n32<1>(dv16, pa[j], mf_wg_desc_sw64(oa + j * 1024, 4096, 512), 1);
+#pragma unroll
+          for (int j = 0; j < 4; j++) mf_wg_rs_n32<1>(dk16, sa[j], mf_wg_desc_sw64(qa + j * 1024, 4096, 512), 1);
+          mf_wg_commit();
+        } else {
+          mm_pm_v<DP, MMA>(dv, s, tv_sw64{dos}); /* dV += Pᵀ·dO */
+          mm_pm_v<DP, MMA>(dk, dp, tv_sw64{qs}); /* dK += dSᵀ·Q */
+        }
+        if constexpr (WG) {
+          mf_fence_proxy_async(); /* dSᵀ (generic stores) before the wgmma that reads it */
+          __syncthreads();        /* dSᵀ complete */
+          fused_dq_step_wg(p, Acc, gacc, base + 2 * TF_STAGE, it, st, kb, nkb, b, r, h, warp, lane);
+          mf_wg_pin(dv16); /* the dV / dK products are complete too (the step waited for all) */
+          mf_wg_pin(dk16);
+        } else {
+          __syncthreads(); /* dSᵀ complete */
+          fused_dq_step<DP, true>(p, Acc, gacc, St, Ks, it, st, kb, nkb, b, r, h, warp, lane, p.Q, D);
+        }
       }
       if (p.dk) store_rows<DP>(p.dk + vofs(p.sdk, b, r, h), dk, k0 + warp * 16, K, D, p.sdk.row, p.scale);
       if (p.dv) store_rows<DP>(p.dv + vofs(p.sdv, b, r, h), dv, k0 + warp * 16, K, D, p.sdv.row, 1.f);
@@ -2026,7 +2144,7 @@ __global__ void __launch_bounds__(2 * ATT_THREADS, MINB) fused2_kernel(att_param
 
         float s[8][4], dp[8][4];
         s_dp_products<DP, MMA>(s, dp, kf, tv_tile<DP>{qs}, vf, tv_tile<DP>{dos}); /* Sᵀ = K·Qᵀ (16 keys, 64 queries), dPᵀ = V·dOᵀ */
-        pt_dst_tile<MMA, true>(s, dp, tv_bias{bs}, ls, ds, kv0, kv1, p.scale, St, SP, warp);
+        pt_dst_tile<MMA, true>(s, dp, tv_bias{bs}, ls, ds, kv0, kv1, p.scale, st_pitch{St, SP}, warp);
         mm_pm<DP, MMA>(dv, s, dos); /* dV += Pᵀ·dO */
         mm_pm<DP, MMA>(dk, dp, qs); /* dK += dSᵀ·Q */
         __syncthreads();            /* both warpgroups' dSᵀ complete */
@@ -2297,7 +2415,7 @@ static std::atomic<long> g_tma_calls{0};
 
 extern "C" int mf_attention_cuda_set_tma(int mask) {
   const int old = g_tma;
-  g_tma = mask & (MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED);
+  g_tma = mask & (MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED | MF_ATT_TMA_FUSED_WG);
   return old;
 }
 extern "C" long mf_attention_cuda_tma_calls(void) { return g_tma_calls.load(); }
@@ -2500,10 +2618,14 @@ static bool fused_tma(const att_params &p, int64_t grid, cudaStream_t stream) {
   memset(&tm, 0, sizeof tm);
   if (!view_map(&tm.q, tm.pq, p.q, p.sq, p.Q, p) || !view_map(&tm.dO, tm.pd, p.dO, p.sdO, p.Q, p))
     return false;
+  if ((g_tma & MF_ATT_TMA_FUSED_WG) &&
+      (!view_map(&tm.k, tm.pk, p.k, p.sk, p.K, p) || !view_map(&tm.v, tm.pv, p.v, p.sv, p.K, p)))
+    return false;
   if (p.bias && !bias_map(&tm.bias, p)) return false;
   if (grid == 0) return true;
-  MF_CHECK_CUDA(cudaFuncSetAttribute(fused_tma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, TF_SMEM));
-  fused_tma_kernel<<<(unsigned)grid, ATT_THREADS, TF_SMEM, stream>>>(p, tm);
+  auto kern = (g_tma & MF_ATT_TMA_FUSED_WG) ? fused_tma_kernel<true> : fused_tma_kernel<false>;
+  MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, TF_SMEM));
+  kern<<<(unsigned)grid, ATT_THREADS, TF_SMEM, stream>>>(p, tm);
   MF_CHECK_LAUNCH();
   g_tma_calls++;
   return true;

@@ -1,7 +1,9 @@
 /* wgmma_ptx.cuh — the Hopper (sm_90a) warpgroup-MMA wrappers of EvoFusion's wgmma kernels:
  * the 128-byte-swizzled K-major shared-memory operand layout, its matrix descriptor,
  * wgmma.mma_async m64n64k16 / m64n128k16 (bf16 in, fp32 accumulate; A from shared memory
- * or from registers; B K-major or MN-major; both MN-major: mf_wg_ss_*_tt), fence / commit / wait, and the generic→async proxy fence. Written by
+ * or from registers; B K-major or MN-major; both MN-major: mf_wg_ss_*_tt), m64n32k16 with A
+ * from registers or both operands MN-major, the 64-byte-swizzled descriptor of EvoFlash-3D's TMA tiles, fence /
+ * commit / wait, and the generic→async proxy fence. Written by
  * hand (PTX ISA 8.x, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate") rather than
  * through CUTLASS/CuTe: four instructions and one layout are all we use, and the project's
  * dependencies stay C-callable libraries. Not a public header; C code never includes it.
@@ -57,6 +59,17 @@ static __device__ __forceinline__ uint64_t mf_wg_desc_mn(uint32_t saddr, uint32_
          ((uint64_t)((sbo >> 4) & 0x3FFFu) << 32) | ((uint64_t)1 << 62);
 }
 
+/* Matrix descriptor with the 64-byte swizzle (layout type 2; the pattern TMA's
+ * CU_TENSOR_MAP_SWIZZLE_64B writes, mf_sw64 in tma_ptx.cuh: chunk ^= (row / 2) % 4 on
+ * 512-byte-aligned 8-row atoms of 64-byte rows). K-major: rows of 32 k (sbo = 512 between
+ * 8-row groups; a k16 step is +32 bytes). MN-major: rows are k, each holding 32 M/N
+ * elements (sbo = 512 between 8-row k groups, lbo between 32-element M/N blocks; a k16
+ * step is +1024 bytes). */
+static __device__ __forceinline__ uint64_t mf_wg_desc_sw64(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFFu) << 16) |
+         ((uint64_t)((sbo >> 4) & 0x3FFFu) << 32) | ((uint64_t)2 << 62);
+}
+
 /* Orders this thread's earlier register writes (accumulators, A fragments) before the
  * warpgroup's next wgmma. */
 static __device__ __forceinline__ void mf_wg_fence(void) {
@@ -106,6 +119,27 @@ static __device__ __forceinline__ void mf_wg_rs_n64(float (&d)[32], const uint32
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
+}
+
+/* d (64 × 32 fp32) (+)= A·B with A from registers (as mf_wg_rs_n64) and B (16 × 32) in
+ * shared memory, K-major (TB = 0) or MN-major (TB = 1). */
+template <int TB = 0>
+static __device__ __forceinline__ void mf_wg_rs_n32(float (&d)[16], const uint32_t (&a)[4], uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
+}
+
+/* d (64 × 32 fp32) (+)= A·B with both operands MN-major in shared memory (as
+ * mf_wg_ss_n64_tt). */
+static __device__ __forceinline__ void mf_wg_ss_n32_tt(float (&d)[16], uint64_t da, uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(da), "l"(db), "r"(acc));
 }
 
 /* d (64 × 128 fp32, the warpgroup's fragments) (+)= A·B, A (64 × 16) K-major and B (16 × 128)
