@@ -454,8 +454,8 @@ int main(void) {
     run_case_mode(&t, 8, 36, 0);
     run_case_mode(&f, 8, 35, 1);
     g_tma_ab = 0;
-    const int def = mf_attention_cuda_set_tma(-1); /* the fused pass on wgmma */
-    mf_attention_cuda_set_tma(def | MF_ATT_TMA_FUSED_WG);
+    const int def = mf_attention_cuda_set_tma(-1); /* the passes on wgmma */
+    mf_attention_cuda_set_tma(def | MF_ATT_TMA_FUSED_WG | MF_ATT_TMA_DBIAS_WG | MF_ATT_TMA_FWD_WG);
     run_case_mode(&f, 0, 37, 1);
     mf_attention_cuda_set_tma(def);
     return mf_test_end();
@@ -542,7 +542,9 @@ int main(void) {
     }
     mf_attention_cuda_set_dbias_wg(0);
   }
-  /* the fused pass with its Sᵀ, dPᵀ, dV, dK products on wgmma (MF_ATT_TMA_FUSED_WG): against
+  /* the fused pass with its Sᵀ, dPᵀ, dV, dK, dQ products on wgmma (MF_ATT_TMA_FUSED_WG) and the
+   * dbias pass with its S, dP products on wgmma (MF_ATT_TMA_DBIAS_WG), the forward with its
+   * S, P·V products on wgmma (MF_ATT_TMA_FWD_WG): against
    * the double reference and bit-identical over two runs (its sums are ordered differently
    * from the mma.sync kernels', so it is not compared with them bit for bit); packed and
    * strided views, odd N (partial query and key tiles), masks with a fully masked row,
@@ -552,7 +554,7 @@ int main(void) {
                            {1, 33, 4, 33, 32, 1, 0, 1, 0}, {1, 3, 2, 200, 32, 0, 1, 1, 0},
                            {2, 100, 4, 70, 32, 1, 1, 1, 3}};
     const int def = mf_attention_cuda_set_tma(-1);
-    mf_attention_cuda_set_tma(def | MF_ATT_TMA_FUSED_WG);
+    mf_attention_cuda_set_tma(def | MF_ATT_TMA_FUSED_WG | MF_ATT_TMA_DBIAS_WG | MF_ATT_TMA_FWD_WG);
     const long t0 = mf_attention_cuda_tma_calls();
     for (int i = 0; i < (int)(sizeof wc / sizeof wc[0]); i++) {
       run_case(&wc[i], 0, seed += 100);

@@ -38,8 +38,12 @@
  *                  views' strides are multiples of 16 bytes; fused_tma below 32 query tiles)
  *                  fwd_kernel, dbias_kernel and fused_kernel<32, true, 1> with their tiles
  *                  copied by TMA (tma_ptx.cuh: one thread issues a step's boxes onto an
- *                  mbarrier; swizzled boxes read through tile views); bit-identical to them.
- *                  mf_attention_cuda_set_tma(mask) selects (README step 13).
+ *                  mbarrier; swizzled boxes read through tile views); bit-identical to them
+ *                  with WG = false. WG = true (the default): their matrix products on
+ *                  Hopper's wgmma (wgmma_ptx.cuh) reading the TMA boxes in place — K, V,
+ *                  P, dS and Q fragments from registers where they are already there —
+ *                  the same elementwise code; equal to the others to rounding (README step
+ *                  15). mf_attention_cuda_set_tma(mask) selects (README step 13).
  * Bias and dbias rows are p.bl elements apart (mf_attn_views.bias_row; K when dense): the
  * bias tiles are copied 16 bytes at a time only when p.bl % 8 == 0 (README step 11).
  * No kernel uses atomics; every output element is written by exactly one thread.
@@ -777,7 +781,7 @@ __device__ __forceinline__ void tma_view(uint32_t dst, const CUtensorMap *map, c
   mf_tma_load_5d(dst, map, 0, c[0], c[1], c[2], c[3], fb);
 }
 
-template <int MINB>
+template <int MINB, bool WG>
 __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p, const __grid_constant__ att_tmaps tm) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = mf_smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
@@ -867,15 +871,46 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
     const uint8_t *ms = Ms + st * ATT_MS;
 
     float s[8][4];
+    const uint32_t ka = base + st * TMA_STAGE; /* K, then V */
+    if constexpr (WG) { /* S = Q·Kᵀ: A (Q) from registers, B the K-major K box */
+      float(&s32)[32] = reinterpret_cast<float(&)[32]>(s);
+      mf_wg_fence();
+      mf_wg_rs_n64<0>(s32, qf[0], mf_wg_desc_sw64(ka, 16, 512), 0);
+      mf_wg_rs_n64<0>(s32, qf[1], mf_wg_desc_sw64(ka + 32, 16, 512), 1);
+      mf_wg_commit();
+      mf_wg_wait<0>();
+      mf_wg_pin(s32);
+    } else {
 #pragma unroll
-    for (int i = 0; i < 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-    mm_abt_v<32, true>(s, qf, tv_sw64{ks});
+      for (int i = 0; i < 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+      mm_abt_v<32, true>(s, qf, tv_sw64{ks});
+    }
 
     float mx0 = -INFINITY, mx1 = -INFINITY;
     if (all_valid(ms)) logits<false, true>(s, bs, ms, p.scale, warp, mx0, mx1);
     else logits<true, true>(s, bs, ms, p.scale, warp, mx0, mx1);
     softmax_step<true, 5>(s, o, m0, m1, mx0, mx1);
-    mm_pm_v<32, true, tv_sw64, true>(o, s, tv_sw64{vs});
+    if constexpr (WG) { /* O += P·V: A (P) from registers, B the MN-major V box; row sums by mma.sync */
+      float(&o16)[16] = reinterpret_cast<float(&)[16]>(o);
+      uint32_t pa[4][4];
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        pa[j][0] = pack_bf16x2(s[2 * j][0], s[2 * j][1]);
+        pa[j][1] = pack_bf16x2(s[2 * j][2], s[2 * j][3]);
+        pa[j][2] = pack_bf16x2(s[2 * j + 1][0], s[2 * j + 1][1]);
+        pa[j][3] = pack_bf16x2(s[2 * j + 1][2], s[2 * j + 1][3]);
+      }
+      mf_wg_fence();
+#pragma unroll
+      for (int j = 0; j < 4; j++) mf_wg_rs_n32<1>(o16, pa[j], mf_wg_desc_sw64(ka + TMA_KV + j * 1024, 4096, 512), 1);
+      mf_wg_commit();
+#pragma unroll
+      for (int j = 0; j < 4; j++) mma_16816<true>(o[4], pa[j], ATT_BF16_ONES, ATT_BF16_ONES);
+      mf_wg_wait<0>();
+      mf_wg_pin(o16);
+    } else {
+      mm_pm_v<32, true, tv_sw64, true>(o, s, tv_sw64{vs});
+    }
     mf_mbar_arrive(empty + 8 * st); /* this thread is done with the stage */
   }
 
@@ -1436,6 +1471,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GQ * GK, minb_bwd(MMA, DP, GQ * 
 #define TD_STAGE 17408 /* 4·4096 + 512, rounded up to 1 KB */
 #define TD_SMEM (2 * TD_STAGE + ATT_BQ * ATT_BP * 2 + 2 * ATT_MS + 4 * 8 + 1024)
 
+template <bool WG>
 __global__ void __launch_bounds__(ATT_THREADS, 4) dbias_tma_kernel(att_params p, const __grid_constant__ att_tmaps tm) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = mf_smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
@@ -1509,11 +1545,29 @@ __global__ void __launch_bounds__(ATT_THREADS, 4) dbias_tma_kernel(att_params p,
     mf_mbar_wait(bar + 8 * st, (uint32_t)((r - rb) >> 1) & 1u);
     const bf16 *t0 = reinterpret_cast<const bf16 *>(sb + st * TD_STAGE); /* Q, dO, K, V */
     const float *ls = reinterpret_cast<const float *>(sb + st * TD_STAGE + 4 * TMA_KV), *ds = ls + ATT_BQ;
-    uint32_t qf[2][4], dof[2][4];
-    load_a_frags_v<32, true>(qf, tv_sw64{t0}, warp);
-    load_a_frags_v<32, true>(dof, tv_sw64{t0 + TMA_KV / 2}, warp);
     float s[8][4], dp[8][4];
-    s_dp_products<32, true>(s, dp, qf, tv_sw64{t0 + TMA_KV}, dof, tv_sw64{t0 + 3 * TMA_KV / 2});
+    if constexpr (WG) { /* S = Q·Kᵀ, dP = dO·Vᵀ: four wgmma, every operand a K-major TMA box */
+      const uint32_t ta = base + st * TD_STAGE;
+      float(&s32)[32] = reinterpret_cast<float(&)[32]>(s);
+      float(&dp32)[32] = reinterpret_cast<float(&)[32]>(dp);
+      mf_wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < 2; kk++) {
+        mf_wg_ss_n64<0>(s32, mf_wg_desc_sw64(ta + 32 * kk, 16, 512),
+                        mf_wg_desc_sw64(ta + 2 * TMA_KV + 32 * kk, 16, 512), kk);
+        mf_wg_ss_n64<0>(dp32, mf_wg_desc_sw64(ta + TMA_KV + 32 * kk, 16, 512),
+                        mf_wg_desc_sw64(ta + 3 * TMA_KV + 32 * kk, 16, 512), kk);
+      }
+      mf_wg_commit();
+      mf_wg_wait<0>();
+      mf_wg_pin(s32);
+      mf_wg_pin(dp32);
+    } else {
+      uint32_t qf[2][4], dof[2][4];
+      load_a_frags_v<32, true>(qf, tv_sw64{t0}, warp);
+      load_a_frags_v<32, true>(dof, tv_sw64{t0 + TMA_KV / 2}, warp);
+      s_dp_products<32, true>(s, dp, qf, tv_sw64{t0 + TMA_KV}, dof, tv_sw64{t0 + 3 * TMA_KV / 2});
+    }
     make_ds<true>(s, dp, tv_bias{Bs}, Ms + st * ATT_MS, ls[rl0], ls[rl1], ds[rl0], ds[rl1], p.scale, warp);
 #pragma unroll
     for (int i = 0; i < 8; i++)
@@ -2410,12 +2464,16 @@ extern "C" int mf_attention_cuda_set_dbias_wg(int on) {
 
 /* The TMA kernels (attention_cuda.h, mf_attention_cuda_set_tma): a bit mask, all on by
  * default where D = 32; the count of their launches lets the tests see that they ran. */
-static int g_tma = MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED; /* fwd 5 CTAs per SM: 1.345 ms against 1.431 at N = 768 */
+/* fwd 5 CTAs per SM: 1.345 ms against 1.431 at N = 768; the wgmma kernels: fwd+bwd 6.65 -> 5.98 ms
+ * at N = 768 (README step 15) */
+static int g_tma = MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED | MF_ATT_TMA_FWD_WG | MF_ATT_TMA_DBIAS_WG |
+                   MF_ATT_TMA_FUSED_WG;
 static std::atomic<long> g_tma_calls{0};
 
 extern "C" int mf_attention_cuda_set_tma(int mask) {
   const int old = g_tma;
-  g_tma = mask & (MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED | MF_ATT_TMA_FUSED_WG);
+  g_tma = mask & (MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED | MF_ATT_TMA_FUSED_WG |
+                  MF_ATT_TMA_DBIAS_WG | MF_ATT_TMA_FWD_WG);
   return old;
 }
 extern "C" long mf_attention_cuda_tma_calls(void) { return g_tma_calls.load(); }
@@ -2480,7 +2538,9 @@ static bool forward_tma(const att_params &p, cudaStream_t stream) {
   const int64_t grid = (int64_t)p.B * p.H * p.nqb * p.R;
   if (grid == 0) return true;
   MF_ASSERT(grid < 2147483647LL, "attention grid of %lld CTAs", (long long)grid);
-  auto kern = (g_tma & MF_ATT_TMA_FWD4) ? fwd_tma_kernel<4> : fwd_tma_kernel<5>;
+  const bool wg = g_tma & MF_ATT_TMA_FWD_WG;
+  auto kern = (g_tma & MF_ATT_TMA_FWD4) ? (wg ? fwd_tma_kernel<4, true> : fwd_tma_kernel<4, false>)
+                                        : (wg ? fwd_tma_kernel<5, true> : fwd_tma_kernel<5, false>);
   MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, TMA_FWD_SMEM));
   kern<<<(unsigned)grid, ATT_THREADS, TMA_FWD_SMEM, stream>>>(p, tm);
   MF_CHECK_LAUNCH();
@@ -2497,13 +2557,13 @@ static bool dbias_tma(const att_params &p, float *scratch, size_t scratch_bytes,
   if (!view_map(&tm.q, tm.pq, p.q, p.sq, p.Q, p) || !view_map(&tm.dO, tm.pd, p.dO, p.sdO, p.Q, p) ||
       !view_map(&tm.k, tm.pk, p.k, p.sk, p.K, p) || !view_map(&tm.v, tm.pv, p.v, p.sv, p.K, p))
     return false;
-  dbias_run_with(dbias_tma_kernel, (int64_t)p.B * p.H * p.nqb * p.nkb, ATT_THREADS, TD_SMEM, p, scratch,
+  auto kern = (g_tma & MF_ATT_TMA_DBIAS_WG) ? dbias_tma_kernel<true> : dbias_tma_kernel<false>;
+  dbias_run_with(kern, (int64_t)p.B * p.H * p.nqb * p.nkb, ATT_THREADS, TD_SMEM, p, scratch,
                  scratch_bytes, stream, [&](const att_params &q, int64_t grid) {
                    if (grid == 0) return;
                    MF_ASSERT(grid < 2147483647LL, "attention grid of %lld CTAs", (long long)grid);
-                   MF_CHECK_CUDA(cudaFuncSetAttribute(dbias_tma_kernel,
-                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, TD_SMEM));
-                   dbias_tma_kernel<<<(unsigned)grid, ATT_THREADS, TD_SMEM, stream>>>(q, tm);
+                   MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, TD_SMEM));
+                   kern<<<(unsigned)grid, ATT_THREADS, TD_SMEM, stream>>>(q, tm);
                    MF_CHECK_LAUNCH();
                  });
   g_tma_calls++;

@@ -133,16 +133,19 @@ int mf_attention_cuda_set_dbias_wg(int on);
  * 16-byte multiples), as a bit mask: MF_ATT_TMA_FWD the forward (fwd_tma_kernel),
  * MF_ATT_TMA_FWD4 that kernel bounded at 4 CTAs per SM instead of 5, MF_ATT_TMA_DBIAS the
  * dbias pass (dbias_tma_kernel), MF_ATT_TMA_FUSED the fused dK/dV/dQ pass (fused_tma_kernel,
- * below N = 2048), MF_ATT_TMA_FUSED_WG that pass with its Sᵀ, dPᵀ, dV and dK products on
- * wgmma (its dQ products stay mma.sync; the sums are ordered differently, so its outputs
- * equal the others' to rounding, not bit for bit); a cleared bit runs the cp.async kernel,
- * whose outputs are bit-identical. Default: MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS |
- * MF_ATT_TMA_FUSED. Returns the previous mask. */
+ * below N = 2048); MF_ATT_TMA_FUSED_WG that pass with its Sᵀ, dPᵀ, dV, dK and dQ products
+ * on wgmma, MF_ATT_TMA_DBIAS_WG the dbias pass with its S and dP products on wgmma,
+ * MF_ATT_TMA_FWD_WG the forward with its S and P·V products on wgmma (sm_90a; their sums
+ * are ordered differently, so their outputs equal the others' to rounding, not bit for
+ * bit). A cleared TMA bit runs the cp.async kernel, whose outputs are bit-identical to the
+ * mma.sync TMA kernel's. Default: all but MF_ATT_TMA_FWD4. Returns the previous mask. */
 #define MF_ATT_TMA_FWD 1
 #define MF_ATT_TMA_FWD4 2
 #define MF_ATT_TMA_DBIAS 4
 #define MF_ATT_TMA_FUSED 8
 #define MF_ATT_TMA_FUSED_WG 16
+#define MF_ATT_TMA_DBIAS_WG 32
+#define MF_ATT_TMA_FWD_WG 64
 int mf_attention_cuda_set_tma(int mask);
 /* The TMA fused pass's persistent grid, for the lab: at most per_sm CTAs per SM (0, the
  * default: as many as fit, 3 at D = 32). Returns the previous setting. */
