@@ -525,10 +525,15 @@ int main(void) {
     run_case(&big, 11, seed += 100);
     run_case(&big, 12, seed += 100);
     run_case(&big, 13, seed += 100);
-    /* the default variant at N ≥ 2048 (32 query tiles) takes fused2_kernel: N = 2050
-     * leaves a partial last query tile and an odd key-tile count (33: a phantom tile) */
+    /* N ≥ 2048 (32 query tiles): the default variant takes the wgmma TMA fused pass, and
+     * fused2_kernel without it: N = 2050 leaves a partial last query tile and an odd
+     * key-tile count (33: a phantom tile in fused2_kernel) */
     const att_case wide = {1, 2, 1, 2050, 32, 1, 1, 1, 0};
     run_case(&wide, 0, seed += 100);
+    const int def = mf_attention_cuda_set_tma(-1);
+    mf_attention_cuda_set_tma(def & ~MF_ATT_TMA_FUSED_WG);
+    run_case(&wide, 0, seed += 100);
+    mf_attention_cuda_set_tma(def);
   }
   /* the dbias pass's two kernels where D = 32 (mf_attention_cuda_set_dbias_wg: 0, the
    * default, the mma.sync kernel; 1 the wgmma one): odd N, partial tiles, masks with a fully

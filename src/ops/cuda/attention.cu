@@ -35,7 +35,8 @@
  *                  fused_kernel with CTAs of two warpgroups on pairs of key tiles that
  *                  share the Q/dO tiles and the dQ accumulator (half the slabs in flight).
  *   fwd_tma_kernel, dbias_tma_kernel, fused_tma_kernel  (the defaults where D = 32 and the
- *                  views' strides are multiples of 16 bytes; fused_tma below 32 query tiles)
+ *                  views' strides are multiples of 16 bytes; fused_tma at every N with WG,
+ *                  below 32 query tiles without)
  *                  fwd_kernel, dbias_kernel and fused_kernel<32, true, 1> with their tiles
  *                  copied by TMA (tma_ptx.cuh: one thread issues a step's boxes onto an
  *                  mbarrier; swizzled boxes read through tile views); bit-identical to them
@@ -2703,8 +2704,10 @@ static void fused_launch(const att_params &p, int variant, float *scratch, size_
   att_params q = p;
   if constexpr (DP % 32 == 0) {
     /* two warpgroups on key-tile pairs: forced (12, 13), or by default from
-     * ATT_FUSED2_MIN_QB query tiles on (README step 10) */
-    if (variant == 7 && p.nqb >= ATT_FUSED2_MIN_QB) variant = 12;
+     * ATT_FUSED2_MIN_QB query tiles on (README step 10) unless the wgmma TMA pass runs
+     * (README step 15: it is faster at every N measured) */
+    const bool wg = DP == 32 && (g_tma & MF_ATT_TMA_FUSED) && (g_tma & MF_ATT_TMA_FUSED_WG);
+    if (variant == 7 && p.nqb >= ATT_FUSED2_MIN_QB && !wg) variant = 12;
     if (variant == 12 || variant == 13) {
       int64_t slots2 = 0;
       const int occ2 = variant == 12 ? fused2_occupancy<DP, 1>(&slots2) : fused2_occupancy<DP, 2>(&slots2);
