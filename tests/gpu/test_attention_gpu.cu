@@ -457,6 +457,8 @@ int main(void) {
     const int def = mf_attention_cuda_set_tma(-1); /* the passes on wgmma */
     mf_attention_cuda_set_tma(def | MF_ATT_TMA_FUSED_WG | MF_ATT_TMA_DBIAS_WG | MF_ATT_TMA_FWD_WG);
     run_case_mode(&f, 0, 37, 1);
+    mf_attention_cuda_set_tma(def | MF_ATT_TMA_FUSED_WG | MF_ATT_TMA_FUSED_WG2); /* key-tile pairs (3 tiles) */
+    run_case_mode(&f, 0, 38, 2);
     mf_attention_cuda_set_tma(def);
     return mf_test_end();
   }
@@ -559,13 +561,16 @@ int main(void) {
                            {1, 33, 4, 33, 32, 1, 0, 1, 0}, {1, 3, 2, 200, 32, 0, 1, 1, 0},
                            {2, 100, 4, 70, 32, 1, 1, 1, 3}};
     const int def = mf_attention_cuda_set_tma(-1);
-    mf_attention_cuda_set_tma(def | MF_ATT_TMA_FUSED_WG | MF_ATT_TMA_DBIAS_WG | MF_ATT_TMA_FWD_WG);
-    const long t0 = mf_attention_cuda_tma_calls();
-    for (int i = 0; i < (int)(sizeof wc / sizeof wc[0]); i++) {
-      run_case(&wc[i], 0, seed += 100);
-      if (i < 4) run_case_mode(&wc[i], 0, seed += 100, 1 + i % 2);
+    for (int two = 0; two <= 1; two++) { /* and the fused pass over key-tile pairs */
+      mf_attention_cuda_set_tma(def | MF_ATT_TMA_FUSED_WG | MF_ATT_TMA_DBIAS_WG | MF_ATT_TMA_FWD_WG |
+                                (two ? MF_ATT_TMA_FUSED_WG2 : 0));
+      const long t0 = mf_attention_cuda_tma_calls();
+      for (int i = 0; i < (int)(sizeof wc / sizeof wc[0]); i++) {
+        run_case(&wc[i], 0, seed += 100);
+        if (i < 4) run_case_mode(&wc[i], 0, seed += 100, 1 + i % 2);
+      }
+      MF_TEST(mf_attention_cuda_tma_calls() > t0, "fused-wg%s: the TMA kernels ran", two ? "2" : "");
     }
-    MF_TEST(mf_attention_cuda_tma_calls() > t0, "fused-wg: the TMA kernels ran");
     mf_attention_cuda_set_tma(def);
   }
   /* strided views (starting- and ending-style rows) on the default path (fused pass for

@@ -45,6 +45,9 @@
  *                  P, dS and Q fragments from registers where they are already there —
  *                  the same elementwise code; equal to the others to rounding (README step
  *                  15). mf_attention_cuda_set_tma(mask) selects (README step 13).
+ *   fused_wg2_kernel  (the default fused pass where fused_tma_kernel<true> applies) that
+ *                  kernel over pairs of key tiles: Q, dO and the dQ accumulator copied once
+ *                  per query step for two key tiles (README step 16).
  * Bias and dbias rows are p.bl elements apart (mf_attn_views.bias_row; K when dense): the
  * bias tiles are copied 16 bytes at a time only when p.bl % 8 == 0 (README step 11).
  * No kernel uses atomics; every output element is written by exactly one thread.
@@ -404,6 +407,23 @@ __device__ __forceinline__ void mm_abt(float acc[8][4], const uint32_t a[DP / 16
   mm_abt_v<DP, MMA>(acc, a, tv_tile<DP>{m});
 }
 
+/* The A fragment of columns 16j..16j+15 of this warp's (16, 64) C-fragment tile p,
+ * rounded to bf16 (the same lanes hold them in both layouts). */
+__device__ __forceinline__ void pack_a_frag(uint32_t a[4], const float p[8][4], int j) {
+  a[0] = pack_bf16x2(p[2 * j][0], p[2 * j][1]);
+  a[1] = pack_bf16x2(p[2 * j][2], p[2 * j][3]);
+  a[2] = pack_bf16x2(p[2 * j + 1][0], p[2 * j + 1][1]);
+  a[3] = pack_bf16x2(p[2 * j + 1][2], p[2 * j + 1][3]);
+}
+
+/* The warpgroup's d (64 × 32) += A (64 × 64; this warp's A fragments a[j] for the k-steps
+ * j) · M, M the (64, 32) TMA box at shared address box (64-byte rows, 64-byte swizzle) read
+ * MN-major: four wgmma m64n32k16, issued, not waited for (the caller fences and commits). */
+__device__ __forceinline__ void wg_pm_box(float (&d)[16], const uint32_t a[4][4], uint32_t box) {
+#pragma unroll
+  for (int j = 0; j < 4; j++) mf_wg_rs_n32<1>(d, a[j], mf_wg_desc_sw64(box + j * 1024, 4096, 512), 1);
+}
+
 /* acc (16, DP) += P (16, 64; C fragments, rounded to bf16 here) · M, M a (64, DP) tile.
  * RS: also acc[DP / 8] (16, 8) += P · 1, the row sums of the rounded P (every column). */
 #define ATT_BF16_ONES 0x3f803f80u /* two bf16 1.0 */
@@ -413,10 +433,7 @@ __device__ __forceinline__ void mm_pm_v(float acc[][4], const float p[8][4], con
 #pragma unroll
   for (int j = 0; j < 4; j++) {
     uint32_t a[4];
-    a[0] = pack_bf16x2(p[2 * j][0], p[2 * j][1]);
-    a[1] = pack_bf16x2(p[2 * j][2], p[2 * j][3]);
-    a[2] = pack_bf16x2(p[2 * j + 1][0], p[2 * j + 1][1]);
-    a[3] = pack_bf16x2(p[2 * j + 1][2], p[2 * j + 1][3]);
+    pack_a_frag(a, p, j);
 #pragma unroll
     for (int n2 = 0; n2 < DP / 16; n2++) {
       uint32_t b[4];
@@ -895,15 +912,9 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
       float(&o16)[16] = reinterpret_cast<float(&)[16]>(o);
       uint32_t pa[4][4];
 #pragma unroll
-      for (int j = 0; j < 4; j++) {
-        pa[j][0] = pack_bf16x2(s[2 * j][0], s[2 * j][1]);
-        pa[j][1] = pack_bf16x2(s[2 * j][2], s[2 * j][3]);
-        pa[j][2] = pack_bf16x2(s[2 * j + 1][0], s[2 * j + 1][1]);
-        pa[j][3] = pack_bf16x2(s[2 * j + 1][2], s[2 * j + 1][3]);
-      }
+      for (int j = 0; j < 4; j++) pack_a_frag(pa[j], s, j);
       mf_wg_fence();
-#pragma unroll
-      for (int j = 0; j < 4; j++) mf_wg_rs_n32<1>(o16, pa[j], mf_wg_desc_sw64(ka + TMA_KV + j * 1024, 4096, 512), 1);
+      wg_pm_box(o16, pa, ka + TMA_KV);
       mf_wg_commit();
 #pragma unroll
       for (int j = 0; j < 4; j++) mma_16816<true>(o[4], pa[j], ATT_BF16_ONES, ATT_BF16_ONES);
@@ -1735,6 +1746,21 @@ __global__ void dbias_reduce_kernel(bf16 *dbias, const float *part, int rs, int6
  * the barrier that follows the previous step's last reads, so no end-of-step barrier;
  * 2 = 1 with the dV, dK products moved after the dSᵀ barrier, beside the dQ products.
  * dq, dk, dv (B,R,H,·,D); p.dqacc (gridDim.x, nqb, 4, DP/8, 32) float4 when GACC. */
+/* The fused passes' dQ accumulator fragments c[0..NC) (this thread's float4 slots, at(i)
+ * gives slot i's value), or zeros for the first key tile. */
+template <int NC, class F>
+__device__ __forceinline__ void acc_load(float c[][4], bool first, F at) {
+#pragma unroll
+  for (int i = 0; i < NC; i++) {
+    if (first) {
+      c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.f;
+    } else {
+      const float4 a = at(i);
+      c[i][0] = a.x; c[i][1] = a.y; c[i][2] = a.z; c[i][3] = a.w;
+    }
+  }
+}
+
 /* The dQ step of fused_kernel / fused_tma_kernel (after the dSᵀ barrier): this warp's dQ
  * rows it·64 + 16·warp + [0, 16) += dS (16, 64 keys) · K (64, DP) with dS from St (keys,
  * queries; pitch BQ + 8) and K from Ks (pitch DP + 8); the running sum comes from the
@@ -1749,15 +1775,7 @@ __device__ __forceinline__ void fused_dq_step(const att_params &p, float4 *Acc, 
   constexpr int TP = DP + 8, ND = DP / 8, SP = ATT_BQ + 8;
   auto slot = [&](int i, int nd) { return ((i * ATT_WARPS + warp) * ND + nd) * 32 + lane; };
   float c[ND][4];
-#pragma unroll
-  for (int nd = 0; nd < ND; nd++) {
-    if (kb == 0) {
-      c[nd][0] = c[nd][1] = c[nd][2] = c[nd][3] = 0.f;
-    } else {
-      const float4 a = Acc[slot(GACC ? st : it, nd)];
-      c[nd][0] = a.x; c[nd][1] = a.y; c[nd][2] = a.z; c[nd][3] = a.w;
-    }
-  }
+  acc_load<ND>(c, kb == 0, [&](int nd) { return Acc[slot(GACC ? st : it, nd)]; });
 #pragma unroll
   for (int j = 0; j < 4; j++) { /* keys 16j..16j+15 */
     uint32_t a[4];
@@ -1905,15 +1923,7 @@ __device__ __forceinline__ void fused_dq_step_wg(const att_params &p, float4 *Ac
   auto slot = [&](int i, int nd) { return ((i * ATT_WARPS + warp) * ND + nd) * 32 + lane; };
   float c[ND][4];
   float(&c16)[16] = reinterpret_cast<float(&)[16]>(c);
-#pragma unroll
-  for (int nd = 0; nd < ND; nd++) {
-    if (kb == 0) {
-      c[nd][0] = c[nd][1] = c[nd][2] = c[nd][3] = 0.f;
-    } else {
-      const float4 a = Acc[slot(st, nd)];
-      c[nd][0] = a.x; c[nd][1] = a.y; c[nd][2] = a.z; c[nd][3] = a.w;
-    }
-  }
+  acc_load<ND>(c, kb == 0, [&](int nd) { return Acc[slot(st, nd)]; });
   mf_wg_fence();
 #pragma unroll
   for (int j = 0; j < 4; j++) /* keys 16j..16j+15 */
@@ -2065,20 +2075,12 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, 32, 1)) fused_tma
           uint32_t pa[4][4], sa[4][4];
 #pragma unroll
           for (int j = 0; j < 4; j++) {
-            pa[j][0] = pack_bf16x2(s[2 * j][0], s[2 * j][1]);
-            pa[j][1] = pack_bf16x2(s[2 * j][2], s[2 * j][3]);
-            pa[j][2] = pack_bf16x2(s[2 * j + 1][0], s[2 * j + 1][1]);
-            pa[j][3] = pack_bf16x2(s[2 * j + 1][2], s[2 * j + 1][3]);
-            sa[j][0] = pack_bf16x2(dp[2 * j][0], dp[2 * j][1]);
-            sa[j][1] = pack_bf16x2(dp[2 * j][2], dp[2 * j][3]);
-            sa[j][2] = pack_bf16x2(dp[2 * j + 1][0], dp[2 * j + 1][1]);
-            sa[j][3] = pack_bf16x2(dp[2 * j + 1][2], dp[2 * j + 1][3]);
+            pack_a_frag(pa[j], s, j);
+            pack_a_frag(sa[j], dp, j);
           }
           mf_wg_fence();
-#pragma unroll
-          for (int j = 0; j < 4; j++) mf_wg_rs_n32<1>(dv16, pa[j], mf_wg_desc_sw64(oa + j * 1024, 4096, 512), 1);
-#pragma unroll
-          for (int j = 0; j < 4; j++) mf_wg_rs_n32<1>(dk16, sa[j], mf_wg_desc_sw64(qa + j * 1024, 4096, 512), 1);
+          wg_pm_box(dv16, pa, oa);
+          wg_pm_box(dk16, sa, qa);
           mf_wg_commit();
         } else {
           mm_pm_v<DP, MMA>(dv, s, tv_sw64{dos}); /* dV += Pᵀ·dO */
@@ -2097,6 +2099,187 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, 32, 1)) fused_tma
       }
       if (p.dk) store_rows<DP>(p.dk + vofs(p.sdk, b, r, h), dk, k0 + warp * 16, K, D, p.sdk.row, p.scale);
       if (p.dv) store_rows<DP>(p.dv + vofs(p.sdv, b, r, h), dv, k0 + warp * 16, K, D, p.sdv.row, 1.f);
+    }
+  }
+}
+
+/* ------------------------------------------------------------------------------------
+ * fused_wg2_kernel (README step 16): fused_tma_kernel<true> over pairs of key tiles. ncu
+ * put that pass at the device-memory bandwidth (3.7–4.0 TB/s: per 64 × 64 step the Q and
+ * dO boxes, 8 KB, and the dQ accumulator's fp32 round trip through the CTA's global
+ * scratch, 16 KB, most of it missing L2), so here each query step copies Q, dO, lse, Di
+ * and the accumulator once for two key tiles: half those bytes per key. Per step and key
+ * tile t the work is fused_tma_kernel<true>'s (Sᵀ, dPᵀ, the elementwise step with tile t's
+ * bias and mask, dV_t, dK_t, then dQ += dS_t·K_t after the dSᵀ barrier); dQ sums tile 0
+ * then tile 1 in registers before the slot is written back: the same additions in the
+ * same order as fused_tma_kernel<true> (whose fp32 slot round trip changes no bit). The
+ * second tile of an odd count is skipped. Both tiles' K, V fragments and dK, dV
+ * accumulators live in registers: 2 CTAs per SM.
+ * Shared memory: two stages of Q | dO | bias_0 | bias_1 | lse·log2e | Di, then K_0 | V_0 |
+ * K_1 | V_1 (TMA boxes), dSᵀ (64 rows × 128 B, 128-byte swizzle), the accumulator stages,
+ * the two tiles' mask bytes and the barriers. */
+#define TW_STAGE 25600 /* 2·4096 + 2·8192 + 512, rounded up to 1 KB */
+#define TW_SMEM (2 * TW_STAGE + 4 * TMA_KV + ATT_BK * 128 + 2 * ATT_WARPS * 4 * 32 * 16 + 2 * ATT_MS + 3 * 8 + 1024)
+
+__global__ void __launch_bounds__(ATT_THREADS, 2) fused_wg2_kernel(att_params p, const __grid_constant__ att_tmaps tm) {
+  constexpr bool MMA = true;
+  constexpr int DP = 32, ND = DP / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t raw = mf_smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
+  unsigned char *sb = smem_raw + (base - raw);
+  const uint32_t kva = base + 2 * TW_STAGE, sta = kva + 4 * TMA_KV; /* K_t at kva + t·2·TMA_KV, V_t + TMA_KV */
+  unsigned char *St = sb + 2 * TW_STAGE + 4 * TMA_KV;
+  float4 *Acc = reinterpret_cast<float4 *>(St + ATT_BK * 128); /* [2][4][ND][32] */
+  uint8_t *Ms = reinterpret_cast<uint8_t *>(Acc + 2 * ATT_WARPS * ND * 32); /* [2][ATT_MS]: tiles 0, 1 */
+  const uint32_t bar = (mf_smem_u32(Ms) + 2 * ATT_MS + 7u) & ~7u, kvbar = bar + 16; /* stages 0, 1; K|V */
+
+  const int K = p.K, nqb = p.nqb, nkb = p.nkb, tid = threadIdx.x;
+  const int warp = tid / MF_WARP_SIZE, lane = tid % MF_WARP_SIZE;
+  const int64_t nslab = (int64_t)p.B * p.R * p.H;
+  float4 *gacc = reinterpret_cast<float4 *>(p.dqacc) + (int64_t)blockIdx.x * nqb * ATT_WARPS * ND * 32;
+  auto slot = [&](int i, int nd) { return ((i * ATT_WARPS + warp) * ND + nd) * 32 + lane; };
+  if (tid == 0) {
+    mf_mbar_init(bar, 1);
+    mf_mbar_init(bar + 8, 1);
+    mf_mbar_init(kvbar, 1);
+    mf_mbar_init_fence();
+  }
+  uint32_t ph = 0; /* the stages' barrier phases (bit s), and K|V's (bit 2) */
+  const bool has_bias = p.bias != NULL;
+  if (!has_bias) /* zero bias tiles in both stages, never overwritten */
+    for (int s = 0; s < 2; s++)
+      for (int i = tid; i < 2 * TMA_BIAS / 16; i += ATT_THREADS)
+        reinterpret_cast<uint4 *>(sb + s * TW_STAGE + 2 * TMA_KV)[i] = make_uint4(0, 0, 0, 0);
+  const uint32_t stage_tx = 2 * TMA_KV + (has_bias ? 2 * TMA_BIAS : 0) + 2 * ATT_BQ * 4;
+  for (int64_t brh = blockIdx.x; brh < nslab; brh += gridDim.x) {
+    const int h = (int)(brh % p.H);
+    const int64_t br = brh / p.H;
+    const int b = (int)(br / p.R), r = (int)(br % p.R);
+    const uint8_t *mg = p.mask ? p.mask + br * K : NULL;
+    const float *ldg = slab_ld(p, brh);
+    for (int kb = 0; kb < nkb; kb += 2) {
+      const int k0 = kb * ATT_BK;
+      const bool two = kb + 1 < nkb;
+      auto prefetch = [&](int it, int sn) {
+        const int q1 = it * ATT_BQ;
+        if (tid == 0) {
+          const uint32_t dst = base + sn * TW_STAGE, fb = bar + 8 * sn;
+          mf_mbar_expect_tx(fb, stage_tx);
+          tma_view(dst, &tm.q, tm.pq, q1, h, r, b, fb);
+          tma_view(dst + TMA_KV, &tm.dO, tm.pd, q1, h, r, b, fb);
+          if (has_bias) {
+            mf_tma_load_4d(dst + 2 * TMA_KV, &tm.bias, k0, q1, h, b, fb);
+            mf_tma_load_4d(dst + 2 * TMA_KV + TMA_BIAS, &tm.bias, k0 + ATT_BK, q1, h, b, fb);
+          }
+          mf_bulk_load(dst + 2 * TMA_KV + 2 * TMA_BIAS, ldg + q1, ATT_BQ * 4, fb);
+          mf_bulk_load(dst + 2 * TMA_KV + 2 * TMA_BIAS + ATT_BQ * 4, ldg + nqb * ATT_BQ + q1, ATT_BQ * 4, fb);
+        }
+        if (kb > 0)
+#pragma unroll
+          for (int nd = 0; nd < ND; nd++) cp_async16<MMA>(Acc + slot(sn, nd), gacc + slot(it, nd), true);
+      };
+
+      __syncthreads(); /* the previous key tiles are done with every buffer (and the barriers are set) */
+      if (tid == 0) { /* K_0, V_0, K_1, V_1 (past K: zeros) */
+        mf_mbar_expect_tx(kvbar, 4 * TMA_KV);
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+          tma_view(kva + t * 2 * TMA_KV, &tm.k, tm.pk, k0 + t * ATT_BK, h, r, b, kvbar);
+          tma_view(kva + t * 2 * TMA_KV + TMA_KV, &tm.v, tm.pv, k0 + t * ATT_BK, h, r, b, kvbar);
+        }
+      }
+      load_mask(Ms, mg, k0, K);
+      load_mask(Ms + ATT_MS, mg, k0 + ATT_BK, K);
+      prefetch(0, 0);
+      cp_async_commit<MMA>();
+      cp_async_wait<MMA, 0>();
+      mf_mbar_wait(kvbar, (ph >> 2) & 1u);
+      ph ^= 4u;
+      __syncthreads();
+      uint32_t kf[2][DP / 16][4], vf[2][DP / 16][4];
+      bool kv0[2], kv1[2];
+      float dk[2][DP / 8][4], dv[2][DP / 8][4];
+#pragma unroll
+      for (int t = 0; t < 2; t++) {
+        const bf16 *kt = reinterpret_cast<const bf16 *>(sb + 2 * TW_STAGE + t * 2 * TMA_KV);
+        key_tile_start_v<DP, MMA>(kf[t], vf[t], kv0[t], kv1[t], dk[t], dv[t], tv_sw64{kt},
+                                  tv_sw64{kt + TMA_KV / 2}, Ms + t * ATT_MS, warp);
+      }
+
+      for (int it = 0; it < nqb; it++) {
+        const int st = it & 1;
+        if (it > 0) { /* the previous step's reads are done: its stage may be refilled */
+          cp_async_wait<MMA, 0>();
+          __syncthreads();
+        }
+        if (it + 1 < nqb) prefetch(it + 1, st ^ 1);
+        cp_async_commit<MMA>();
+        mf_mbar_wait(bar + 8 * st, (ph >> st) & 1u);
+        ph ^= 1u << st;
+        const bf16 *qs = reinterpret_cast<const bf16 *>(sb + st * TW_STAGE);
+        const float *ls = reinterpret_cast<const float *>(sb + st * TW_STAGE + 2 * TMA_KV + 2 * TMA_BIAS);
+        const float *ds = ls + ATT_BQ;
+        const uint32_t qa = base + st * TW_STAGE, oa = qa + TMA_KV; /* the Q and dO boxes */
+        float c[ND][4]; /* dQ rows it·64 + 16·warp.. of this slab, over both key tiles */
+        float(&c16)[16] = reinterpret_cast<float(&)[16]>(c);
+        acc_load<ND>(c, kb == 0, [&](int nd) { return Acc[slot(st, nd)]; });
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+          if (t == 1 && !two) break;
+          if (t == 1) __syncthreads(); /* tile 0's dQ products are done everywhere: dSᵀ is free */
+          float s[8][4], dp[8][4];
+          float(&s32)[32] = reinterpret_cast<float(&)[32]>(s);
+          float(&dp32)[32] = reinterpret_cast<float(&)[32]>(dp);
+          float(&dv16)[16] = reinterpret_cast<float(&)[16]>(dv[t]);
+          float(&dk16)[16] = reinterpret_cast<float(&)[16]>(dk[t]);
+          mf_wg_fence(); /* Sᵀ = K_t·Qᵀ, dPᵀ = V_t·dOᵀ */
+          mf_wg_rs_n64<0>(s32, kf[t][0], mf_wg_desc_sw64(qa, 16, 512), 0);
+          mf_wg_rs_n64<0>(s32, kf[t][1], mf_wg_desc_sw64(qa + 32, 16, 512), 1);
+          mf_wg_rs_n64<0>(dp32, vf[t][0], mf_wg_desc_sw64(oa, 16, 512), 0);
+          mf_wg_rs_n64<0>(dp32, vf[t][1], mf_wg_desc_sw64(oa + 32, 16, 512), 1);
+          mf_wg_commit();
+          mf_wg_wait<0>();
+          mf_wg_pin(s32);
+          mf_wg_pin(dp32);
+          pt_dst_tile<MMA, true>(s, dp, tv_sw128{qs + TMA_KV + t * TMA_BIAS / 2}, ls, ds, kv0[t], kv1[t], p.scale,
+                                 st_sw128{St}, warp);
+          uint32_t pa[4][4], sa[4][4];
+#pragma unroll
+          for (int j = 0; j < 4; j++) {
+            pack_a_frag(pa[j], s, j);
+            pack_a_frag(sa[j], dp, j);
+          }
+          mf_wg_fence(); /* dV_t += Pᵀ·dO, dK_t += dSᵀ·Q */
+          wg_pm_box(dv16, pa, oa);
+          wg_pm_box(dk16, sa, qa);
+          mf_wg_commit();
+          mf_fence_proxy_async(); /* dSᵀ (generic stores) before the wgmma that reads it */
+          __syncthreads();        /* dSᵀ complete */
+          mf_wg_fence();          /* dQ += dS·K_t: A = dS read MN-major from dSᵀ, B = K_t's box */
+#pragma unroll
+          for (int j = 0; j < 4; j++)
+            mf_wg_ss_n32_tt(c16, mf_wg_desc_mn(sta + j * 2048, 8192),
+                            mf_wg_desc_sw64(kva + t * 2 * TMA_KV + j * 1024, 4096, 512), 1);
+          mf_wg_commit();
+          mf_wg_wait<0>();
+          mf_wg_pin(c16);
+          mf_wg_pin(dv16);
+          mf_wg_pin(dk16);
+        }
+        if (kb + 2 >= nkb) {
+          store_rows<DP>(p.dq + vofs(p.sdq, b, r, h), c, it * ATT_BQ + warp * 16, p.Q, p.D, p.sdq.row, p.scale);
+        } else {
+#pragma unroll
+          for (int nd = 0; nd < ND; nd++) gacc[slot(it, nd)] = make_float4(c[nd][0], c[nd][1], c[nd][2], c[nd][3]);
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < 2; t++) {
+        if (t == 1 && !two) break;
+        const int kt0 = k0 + t * ATT_BK + warp * 16;
+        if (p.dk) store_rows<DP>(p.dk + vofs(p.sdk, b, r, h), dk[t], kt0, K, p.D, p.sdk.row, p.scale);
+        if (p.dv) store_rows<DP>(p.dv + vofs(p.sdv, b, r, h), dv[t], kt0, K, p.D, p.sdv.row, 1.f);
+      }
     }
   }
 }
@@ -2206,15 +2389,7 @@ __global__ void __launch_bounds__(2 * ATT_THREADS, MINB) fused2_kernel(att_param
 
         /* dQ rows it·64 + 16·warp + [0, 16), columns of half hd, += Σ over both key tiles of dS · K */
         float c[NH][4];
-#pragma unroll
-        for (int nh = 0; nh < NH; nh++) {
-          if (kp == 0) {
-            c[nh][0] = c[nh][1] = c[nh][2] = c[nh][3] = 0.f;
-          } else {
-            const float4 a = Acc[slot(st, nh)];
-            c[nh][0] = a.x; c[nh][1] = a.y; c[nh][2] = a.z; c[nh][3] = a.w;
-          }
-        }
+        acc_load<NH>(c, kp == 0, [&](int nh) { return Acc[slot(st, nh)]; });
 #pragma unroll
         for (int kt = 0; kt < 2; kt++) {
           const bf16 *stk_ = St0 + kt * ATT_BK * SP, *ks = K0 + kt * TILE;
@@ -2466,15 +2641,15 @@ extern "C" int mf_attention_cuda_set_dbias_wg(int on) {
 /* The TMA kernels (attention_cuda.h, mf_attention_cuda_set_tma): a bit mask, all on by
  * default where D = 32; the count of their launches lets the tests see that they ran. */
 /* fwd 5 CTAs per SM: 1.345 ms against 1.431 at N = 768; the wgmma kernels: fwd+bwd 6.65 -> 5.98 ms
- * at N = 768 (README step 15) */
+ * at N = 768 (README step 15); the fused pass over key-tile pairs: 5.90 -> 5.36 ms (step 16) */
 static int g_tma = MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED | MF_ATT_TMA_FWD_WG | MF_ATT_TMA_DBIAS_WG |
-                   MF_ATT_TMA_FUSED_WG;
+                   MF_ATT_TMA_FUSED_WG | MF_ATT_TMA_FUSED_WG2;
 static std::atomic<long> g_tma_calls{0};
 
 extern "C" int mf_attention_cuda_set_tma(int mask) {
   const int old = g_tma;
   g_tma = mask & (MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED | MF_ATT_TMA_FUSED_WG |
-                  MF_ATT_TMA_DBIAS_WG | MF_ATT_TMA_FWD_WG);
+                  MF_ATT_TMA_DBIAS_WG | MF_ATT_TMA_FWD_WG | MF_ATT_TMA_FUSED_WG2);
   return old;
 }
 extern "C" long mf_attention_cuda_tma_calls(void) { return g_tma_calls.load(); }
@@ -2684,6 +2859,17 @@ static bool fused_tma(const att_params &p, int64_t grid, cudaStream_t stream) {
     return false;
   if (p.bias && !bias_map(&tm.bias, p)) return false;
   if (grid == 0) return true;
+  if ((g_tma & MF_ATT_TMA_FUSED_WG) && (g_tma & MF_ATT_TMA_FUSED_WG2)) { /* on its own persistent grid */
+    static std::atomic<int> occ_cache[ATT_OCC_DEVICES];
+    int64_t slots = 0;
+    MF_ASSERT(occupancy(fused_wg2_kernel, ATT_THREADS, TW_SMEM, true, occ_cache, &slots) > 0,
+              "attention: fused_wg2_kernel does not fit");
+    if (slots < grid) grid = slots; /* the scratch is sized for the larger default grid */
+    fused_wg2_kernel<<<(unsigned)grid, ATT_THREADS, TW_SMEM, stream>>>(p, tm);
+    MF_CHECK_LAUNCH();
+    g_tma_calls++;
+    return true;
+  }
   auto kern = (g_tma & MF_ATT_TMA_FUSED_WG) ? fused_tma_kernel<true> : fused_tma_kernel<false>;
   MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, TF_SMEM));
   kern<<<(unsigned)grid, ATT_THREADS, TF_SMEM, stream>>>(p, tm);
