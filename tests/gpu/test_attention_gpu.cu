@@ -457,7 +457,8 @@ int main(void) {
     const int def = mf_attention_cuda_set_tma(-1); /* the passes on wgmma */
     mf_attention_cuda_set_tma(def | MF_ATT_TMA_FUSED_WG | MF_ATT_TMA_DBIAS_WG | MF_ATT_TMA_FWD_WG);
     run_case_mode(&f, 0, 37, 1);
-    mf_attention_cuda_set_tma(def | MF_ATT_TMA_FUSED_WG | MF_ATT_TMA_FUSED_WG2); /* key-tile pairs (3 tiles) */
+    mf_attention_cuda_set_tma(def | MF_ATT_TMA_FUSED_WG | MF_ATT_TMA_FUSED_WG2 | MF_ATT_TMA_DBIAS_WG |
+                              MF_ATT_TMA_DBIAS_WG2); /* tile pairs (3 tiles: one pair and a single) */
     run_case_mode(&f, 0, 38, 2);
     mf_attention_cuda_set_tma(def);
     return mf_test_end();
@@ -561,9 +562,9 @@ int main(void) {
                            {1, 33, 4, 33, 32, 1, 0, 1, 0}, {1, 3, 2, 200, 32, 0, 1, 1, 0},
                            {2, 100, 4, 70, 32, 1, 1, 1, 3}};
     const int def = mf_attention_cuda_set_tma(-1);
-    for (int two = 0; two <= 1; two++) { /* and the fused pass over key-tile pairs */
+    for (int two = 0; two <= 1; two++) { /* and the fused / dbias passes over tile pairs */
       mf_attention_cuda_set_tma(def | MF_ATT_TMA_FUSED_WG | MF_ATT_TMA_DBIAS_WG | MF_ATT_TMA_FWD_WG |
-                                (two ? MF_ATT_TMA_FUSED_WG2 : 0));
+                                (two ? MF_ATT_TMA_FUSED_WG2 | MF_ATT_TMA_DBIAS_WG2 : 0));
       const long t0 = mf_attention_cuda_tma_calls();
       for (int i = 0; i < (int)(sizeof wc / sizeof wc[0]); i++) {
         run_case(&wc[i], 0, seed += 100);

@@ -47,7 +47,9 @@
  *                  15). mf_attention_cuda_set_tma(mask) selects (README step 13).
  *   fused_wg2_kernel  (the default fused pass where fused_tma_kernel<true> applies) that
  *                  kernel over pairs of key tiles: Q, dO and the dQ accumulator copied once
- *                  per query step for two key tiles (README step 16).
+ *                  per query step for two key tiles (README step 16); likewise
+ *                  dbias_tma_kernel<true, 2> (the default dbias pass) over pairs of query
+ *                  tiles sharing each row's K, V boxes.
  * Bias and dbias rows are p.bl elements apart (mf_attn_views.bias_row; K when dense): the
  * bias tiles are copied 16 bytes at a time only when p.bl % 8 == 0 (README step 11).
  * No kernel uses atomics; every output element is written by exactly one thread.
@@ -1480,44 +1482,54 @@ __global__ void __launch_bounds__(ATT_THREADS * GQ * GK, minb_bwd(MMA, DP, GQ * 
  * stage's transaction barrier; the bias tile, loaded once, stays in the cp.async layout.
  * Same arithmetic and order as dbias_kernel: bit-identical dbias. Stage: Q | dO | K | V
  * (4 KB each) | lse·log2e | Di (256 B each). */
-#define TD_STAGE 17408 /* 4·4096 + 512, rounded up to 1 KB */
-#define TD_SMEM (2 * TD_STAGE + ATT_BQ * ATT_BP * 2 + 2 * ATT_MS + 4 * 8 + 1024)
+/* KQ = 2 (dbias_tma_kernel<true, 2>, README step 16): two query tiles per CTA share each
+ * row's K, V boxes and mask (3 bytes of L2 per logit instead of 4); a missing second tile
+ * is skipped. Stage: Q_0..Q_{KQ-1} | dO_0.. | K | V | lse·log2e_0.. | Di_0.. */
+#define TD_STAGE_K(KQ) ((KQ) == 1 ? 17408 : 25600) /* (2·KQ + 2)·4096 + KQ·512, rounded up to 1 KB */
+#define TD_SMEM_K(KQ) (2 * TD_STAGE_K(KQ) + (KQ) * ATT_BQ * ATT_BP * 2 + 2 * ATT_MS + 4 * 8 + 1024)
+#define TD_STAGE TD_STAGE_K(1)
+#define TD_SMEM TD_SMEM_K(1)
 
-template <bool WG>
-__global__ void __launch_bounds__(ATT_THREADS, 4) dbias_tma_kernel(att_params p, const __grid_constant__ att_tmaps tm) {
+template <bool WG, int KQ = 1>
+__global__ void __launch_bounds__(ATT_THREADS, KQ == 1 ? 4 : 3) dbias_tma_kernel(att_params p, const __grid_constant__ att_tmaps tm) {
+  static_assert(KQ == 1 || WG, "query-tile pairs only on wgmma");
+  constexpr uint32_t STG = TD_STAGE_K(KQ), LS = (2 * KQ + 2) * TMA_KV; /* the stage size; lse's offset */
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = mf_smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
   unsigned char *sb = smem_raw + (base - raw);
-  bf16 *Bs = reinterpret_cast<bf16 *>(sb + 2 * TD_STAGE);
-  uint8_t *Ms = sb + 2 * TD_STAGE + ATT_BQ * ATT_BP * 2; /* [2][ATT_MS] */
+  bf16 *Bs = reinterpret_cast<bf16 *>(sb + 2 * STG); /* [KQ][BQ][BP] */
+  uint8_t *Ms = sb + 2 * STG + KQ * ATT_BQ * ATT_BP * 2; /* [2][ATT_MS] */
   /* barriers full[2], empty[2]: as in fwd_tma_kernel (warp 0 refills a stage once all
    * 128 threads have arrived on its empty barrier; no CTA-wide barrier per row) */
-  const uint32_t bar = (base + 2 * TD_STAGE + ATT_BQ * ATT_BP * 2 + 2 * ATT_MS + 7u) & ~7u, empty = bar + 16;
+  const uint32_t bar = (base + 2 * STG + KQ * ATT_BQ * ATT_BP * 2 + 2 * ATT_MS + 7u) & ~7u, empty = bar + 16;
 
   int64_t idx = blockIdx.x;
-  const int64_t per = (int64_t)p.B * p.H * p.nqb * p.nkb; /* CTAs per range of rows */
+  const int nqp = (p.nqb + KQ - 1) / KQ;                 /* groups of KQ query tiles */
+  const int64_t per = (int64_t)p.B * p.H * nqp * p.nkb; /* CTAs per range of rows */
   const int sp = (int)(idx / per);
   idx %= per;
   const int kb = (int)(idx % p.nkb); idx /= p.nkb;
-  const int qb = (int)(idx % p.nqb); idx /= p.nqb;
+  const int qb = (int)(idx % nqp) * KQ; idx /= nqp;
   const int h = (int)(idx % p.H), b = (int)(idx / p.H);
+  const int nq = min(KQ, p.nqb - qb); /* this CTA's query tiles */
   const int Q = p.Q, K = p.K, q0 = qb * ATT_BQ, k0 = kb * ATT_BK, R = p.R, tid = threadIdx.x;
-  const bf16 *bg = p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0) * p.bl + k0 : NULL;
   const int warp = tid / MF_WARP_SIZE, lane = tid % MF_WARP_SIZE, gq = lane >> 2;
   const bias_plan bp(p.bl);
   auto mfetch = [&](int r) {
     return mask_fetch_w(p.mask ? p.mask + ((int64_t)b * R + r) * K : NULL, k0, K);
   };
   auto issue = [&](int r, int s) { /* thread 0: stage s ← row r's tiles */
-    const uint32_t dst = base + s * TD_STAGE, fb = bar + 8 * s;
+    const uint32_t dst = base + s * STG, fb = bar + 8 * s;
     const float *ldg = slab_ld(p, ((int64_t)b * R + r) * p.H + h);
-    mf_mbar_expect_tx(fb, 4 * TMA_KV + 2 * ATT_BQ * 4);
-    tma_view(dst, &tm.q, tm.pq, q0, h, r, b, fb);
-    tma_view(dst + TMA_KV, &tm.dO, tm.pd, q0, h, r, b, fb);
-    tma_view(dst + 2 * TMA_KV, &tm.k, tm.pk, k0, h, r, b, fb);
-    tma_view(dst + 3 * TMA_KV, &tm.v, tm.pv, k0, h, r, b, fb);
-    mf_bulk_load(dst + 4 * TMA_KV, ldg + q0, ATT_BQ * 4, fb);
-    mf_bulk_load(dst + 4 * TMA_KV + ATT_BQ * 4, ldg + p.nqb * ATT_BQ + q0, ATT_BQ * 4, fb);
+    mf_mbar_expect_tx(fb, (2 * nq + 2) * TMA_KV + nq * 2 * ATT_BQ * 4);
+    for (int t = 0; t < nq; t++) {
+      tma_view(dst + t * TMA_KV, &tm.q, tm.pq, q0 + t * ATT_BQ, h, r, b, fb);
+      tma_view(dst + (KQ + t) * TMA_KV, &tm.dO, tm.pd, q0 + t * ATT_BQ, h, r, b, fb);
+      mf_bulk_load(dst + LS + t * ATT_BQ * 4, ldg + q0 + t * ATT_BQ, ATT_BQ * 4, fb);
+      mf_bulk_load(dst + LS + (KQ + t) * ATT_BQ * 4, ldg + p.nqb * ATT_BQ + q0 + t * ATT_BQ, ATT_BQ * 4, fb);
+    }
+    tma_view(dst + 2 * KQ * TMA_KV, &tm.k, tm.pk, k0, h, r, b, fb);
+    tma_view(dst + (2 * KQ + 1) * TMA_KV, &tm.v, tm.pv, k0, h, r, b, fb);
   };
 
   /* rows [rb, re) of range sp (all rows when rs = 1), in order */
@@ -1529,7 +1541,10 @@ __global__ void __launch_bounds__(ATT_THREADS, 4) dbias_tma_kernel(att_params p,
     mf_mbar_init(empty + 8, ATT_THREADS);
     mf_mbar_init_fence();
   }
-  bp.template load<true>(Bs, bg, Q - q0, K - k0);
+  for (int t = 0; t < nq; t++)
+    bp.template load<true>(Bs + t * ATT_BQ * ATT_BP,
+                           p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0 + t * ATT_BQ) * p.bl + k0 : NULL,
+                           Q - q0 - t * ATT_BQ, K - k0);
   cp_async_commit<true>();
   __syncthreads(); /* the barriers */
   uint32_t mnext = 0; /* warp 0: the next row's mask bits */
@@ -1541,9 +1556,11 @@ __global__ void __launch_bounds__(ATT_THREADS, 4) dbias_tma_kernel(att_params p,
   }
   cp_async_wait<true, 0>();
   __syncthreads(); /* the bias tile */
-  float acc[8][4];
+  float acc[KQ][8][4];
 #pragma unroll
-  for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  for (int t = 0; t < KQ; t++)
+#pragma unroll
+    for (int i = 0; i < 8; i++) acc[t][i][0] = acc[t][i][1] = acc[t][i][2] = acc[t][i][3] = 0.f;
   const int rl0 = warp * 16 + gq, rl1 = rl0 + 8;
   for (int r = rb; r < re; r++) {
     const int st = (r - rb) & 1;
@@ -1555,39 +1572,46 @@ __global__ void __launch_bounds__(ATT_THREADS, 4) dbias_tma_kernel(att_params p,
       else mf_mbar_arrive(bar + 8 * (st ^ 1)); /* this lane's mask bytes */
     }
     mf_mbar_wait(bar + 8 * st, (uint32_t)((r - rb) >> 1) & 1u);
-    const bf16 *t0 = reinterpret_cast<const bf16 *>(sb + st * TD_STAGE); /* Q, dO, K, V */
-    const float *ls = reinterpret_cast<const float *>(sb + st * TD_STAGE + 4 * TMA_KV), *ds = ls + ATT_BQ;
-    float s[8][4], dp[8][4];
-    if constexpr (WG) { /* S = Q·Kᵀ, dP = dO·Vᵀ: four wgmma, every operand a K-major TMA box */
-      const uint32_t ta = base + st * TD_STAGE;
-      float(&s32)[32] = reinterpret_cast<float(&)[32]>(s);
-      float(&dp32)[32] = reinterpret_cast<float(&)[32]>(dp);
-      mf_wg_fence();
 #pragma unroll
-      for (int kk = 0; kk < 2; kk++) {
-        mf_wg_ss_n64<0>(s32, mf_wg_desc_sw64(ta + 32 * kk, 16, 512),
-                        mf_wg_desc_sw64(ta + 2 * TMA_KV + 32 * kk, 16, 512), kk);
-        mf_wg_ss_n64<0>(dp32, mf_wg_desc_sw64(ta + TMA_KV + 32 * kk, 16, 512),
-                        mf_wg_desc_sw64(ta + 3 * TMA_KV + 32 * kk, 16, 512), kk);
+    for (int t = 0; t < KQ; t++) { /* query tile qb + t */
+      if (t > 0 && t >= nq) break;
+      const bf16 *t0 = reinterpret_cast<const bf16 *>(sb + st * STG); /* Q, dO, K, V (KQ = 1) */
+      const float *ls = reinterpret_cast<const float *>(sb + st * STG + LS) + t * ATT_BQ, *ds = ls + KQ * ATT_BQ;
+      float s[8][4], dp[8][4];
+      if constexpr (WG) { /* S = Q·Kᵀ, dP = dO·Vᵀ: four wgmma, every operand a K-major TMA box */
+        const uint32_t ta = base + st * STG;
+        float(&s32)[32] = reinterpret_cast<float(&)[32]>(s);
+        float(&dp32)[32] = reinterpret_cast<float(&)[32]>(dp);
+        mf_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+          mf_wg_ss_n64<0>(s32, mf_wg_desc_sw64(ta + t * TMA_KV + 32 * kk, 16, 512),
+                          mf_wg_desc_sw64(ta + 2 * KQ * TMA_KV + 32 * kk, 16, 512), kk);
+          mf_wg_ss_n64<0>(dp32, mf_wg_desc_sw64(ta + (KQ + t) * TMA_KV + 32 * kk, 16, 512),
+                          mf_wg_desc_sw64(ta + (2 * KQ + 1) * TMA_KV + 32 * kk, 16, 512), kk);
+        }
+        mf_wg_commit();
+        mf_wg_wait<0>();
+        mf_wg_pin(s32);
+        mf_wg_pin(dp32);
+      } else {
+        uint32_t qf[2][4], dof[2][4];
+        load_a_frags_v<32, true>(qf, tv_sw64{t0}, warp);
+        load_a_frags_v<32, true>(dof, tv_sw64{t0 + TMA_KV / 2}, warp);
+        s_dp_products<32, true>(s, dp, qf, tv_sw64{t0 + TMA_KV}, dof, tv_sw64{t0 + 3 * TMA_KV / 2});
       }
-      mf_wg_commit();
-      mf_wg_wait<0>();
-      mf_wg_pin(s32);
-      mf_wg_pin(dp32);
-    } else {
-      uint32_t qf[2][4], dof[2][4];
-      load_a_frags_v<32, true>(qf, tv_sw64{t0}, warp);
-      load_a_frags_v<32, true>(dof, tv_sw64{t0 + TMA_KV / 2}, warp);
-      s_dp_products<32, true>(s, dp, qf, tv_sw64{t0 + TMA_KV}, dof, tv_sw64{t0 + 3 * TMA_KV / 2});
+      make_ds<true>(s, dp, tv_bias{Bs + t * ATT_BQ * ATT_BP}, Ms + st * ATT_MS, ls[rl0], ls[rl1], ds[rl0], ds[rl1],
+                    p.scale, warp);
+#pragma unroll
+      for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[t][i][e] += dp[i][e];
     }
-    make_ds<true>(s, dp, tv_bias{Bs}, Ms + st * ATT_MS, ls[rl0], ls[rl1], ds[rl0], ds[rl1], p.scale, warp);
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) acc[i][e] += dp[i][e];
     mf_mbar_arrive(empty + 8 * st); /* this thread is done with the stage */
   }
-  dbias_store(p, acc, sp, b, h, q0, k0, warp);
+#pragma unroll
+  for (int t = 0; t < KQ; t++)
+    if (t < nq) dbias_store(p, acc[t], sp, b, h, q0 + t * ATT_BQ, k0, warp);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -2641,15 +2665,16 @@ extern "C" int mf_attention_cuda_set_dbias_wg(int on) {
 /* The TMA kernels (attention_cuda.h, mf_attention_cuda_set_tma): a bit mask, all on by
  * default where D = 32; the count of their launches lets the tests see that they ran. */
 /* fwd 5 CTAs per SM: 1.345 ms against 1.431 at N = 768; the wgmma kernels: fwd+bwd 6.65 -> 5.98 ms
- * at N = 768 (README step 15); the fused pass over key-tile pairs: 5.90 -> 5.36 ms (step 16) */
+ * at N = 768 (README step 15); the fused pass over key-tile pairs: 5.90 -> 5.36 ms; the dbias pass over
+ * query-tile pairs: module backward 6.41 -> 6.29 ms (step 16) */
 static int g_tma = MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED | MF_ATT_TMA_FWD_WG | MF_ATT_TMA_DBIAS_WG |
-                   MF_ATT_TMA_FUSED_WG | MF_ATT_TMA_FUSED_WG2;
+                   MF_ATT_TMA_FUSED_WG | MF_ATT_TMA_FUSED_WG2 | MF_ATT_TMA_DBIAS_WG2;
 static std::atomic<long> g_tma_calls{0};
 
 extern "C" int mf_attention_cuda_set_tma(int mask) {
   const int old = g_tma;
   g_tma = mask & (MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED | MF_ATT_TMA_FUSED_WG |
-                  MF_ATT_TMA_DBIAS_WG | MF_ATT_TMA_FWD_WG | MF_ATT_TMA_FUSED_WG2);
+                  MF_ATT_TMA_DBIAS_WG | MF_ATT_TMA_FWD_WG | MF_ATT_TMA_FUSED_WG2 | MF_ATT_TMA_DBIAS_WG2);
   return old;
 }
 extern "C" long mf_attention_cuda_tma_calls(void) { return g_tma_calls.load(); }
@@ -2733,13 +2758,16 @@ static bool dbias_tma(const att_params &p, float *scratch, size_t scratch_bytes,
   if (!view_map(&tm.q, tm.pq, p.q, p.sq, p.Q, p) || !view_map(&tm.dO, tm.pd, p.dO, p.sdO, p.Q, p) ||
       !view_map(&tm.k, tm.pk, p.k, p.sk, p.K, p) || !view_map(&tm.v, tm.pv, p.v, p.sv, p.K, p))
     return false;
-  auto kern = (g_tma & MF_ATT_TMA_DBIAS_WG) ? dbias_tma_kernel<true> : dbias_tma_kernel<false>;
-  dbias_run_with(kern, (int64_t)p.B * p.H * p.nqb * p.nkb, ATT_THREADS, TD_SMEM, p, scratch,
+  const bool wg = g_tma & MF_ATT_TMA_DBIAS_WG, two = wg && (g_tma & MF_ATT_TMA_DBIAS_WG2);
+  auto kern = two ? dbias_tma_kernel<true, 2> : wg ? dbias_tma_kernel<true, 1> : dbias_tma_kernel<false, 1>;
+  const int KQ = two ? 2 : 1;
+  const size_t smem = TD_SMEM_K(KQ);
+  dbias_run_with(kern, (int64_t)p.B * p.H * ((p.nqb + KQ - 1) / KQ) * p.nkb, ATT_THREADS, smem, p, scratch,
                  scratch_bytes, stream, [&](const att_params &q, int64_t grid) {
                    if (grid == 0) return;
                    MF_ASSERT(grid < 2147483647LL, "attention grid of %lld CTAs", (long long)grid);
-                   MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, TD_SMEM));
-                   kern<<<(unsigned)grid, ATT_THREADS, TD_SMEM, stream>>>(q, tm);
+                   MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+                   kern<<<(unsigned)grid, ATT_THREADS, smem, stream>>>(q, tm);
                    MF_CHECK_LAUNCH();
                  });
   g_tma_calls++;

@@ -136,7 +136,9 @@ int mf_attention_cuda_set_dbias_wg(int on);
  * below N = 2048); MF_ATT_TMA_FUSED_WG that pass with its Sᵀ, dPᵀ, dV, dK and dQ products
  * on wgmma, MF_ATT_TMA_DBIAS_WG the dbias pass with its S and dP products on wgmma,
  * MF_ATT_TMA_FWD_WG the forward with its S and P·V products on wgmma, MF_ATT_TMA_FUSED_WG2
- * (with MF_ATT_TMA_FUSED_WG) the wgmma fused pass over pairs of key tiles (sm_90a; their sums
+ * (with MF_ATT_TMA_FUSED_WG) the wgmma fused pass over pairs of key tiles,
+ * MF_ATT_TMA_DBIAS_WG2 (with MF_ATT_TMA_DBIAS_WG) the wgmma dbias pass over pairs of query
+ * tiles (sm_90a; their sums
  * are ordered differently, so their outputs equal the others' to rounding, not bit for
  * bit). A cleared TMA bit runs the cp.async kernel, whose outputs are bit-identical to the
  * mma.sync TMA kernel's. Default: all but MF_ATT_TMA_FWD4. Returns the previous mask. */
@@ -148,6 +150,7 @@ int mf_attention_cuda_set_dbias_wg(int on);
 #define MF_ATT_TMA_DBIAS_WG 32
 #define MF_ATT_TMA_FWD_WG 64
 #define MF_ATT_TMA_FUSED_WG2 128
+#define MF_ATT_TMA_DBIAS_WG2 256
 int mf_attention_cuda_set_tma(int mask);
 /* The TMA fused pass's persistent grid, for the lab: at most per_sm CTAs per SM (0, the
  * default: as many as fit, 3 at D = 32). Returns the previous setting. */
