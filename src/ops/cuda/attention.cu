@@ -34,22 +34,21 @@
  *   fused2_kernel  (the default instead of fused_kernel from 32 query tiles on, N ≥ 2048)
  *                  fused_kernel with CTAs of two warpgroups on pairs of key tiles that
  *                  share the Q/dO tiles and the dQ accumulator (half the slabs in flight).
- *   fwd_tma_kernel, dbias_tma_kernel, fused_tma_kernel  (the defaults where D = 32 and the
- *                  views' strides are multiples of 16 bytes; fused_tma at every N with WG,
- *                  below 32 query tiles without)
- *                  fwd_kernel, dbias_kernel and fused_kernel<32, true, 1> with their tiles
- *                  copied by TMA (tma_ptx.cuh: one thread issues a step's boxes onto an
- *                  mbarrier; swizzled boxes read through tile views); bit-identical to them
- *                  with WG = false. WG = true (the default): their matrix products on
- *                  Hopper's wgmma (wgmma_ptx.cuh) reading the TMA boxes in place — K, V,
- *                  P, dS and Q fragments from registers where they are already there —
- *                  the same elementwise code; equal to the others to rounding (README step
- *                  15). mf_attention_cuda_set_tma(mask) selects (README step 13).
- *   fused_wg2_kernel  (the default fused pass where fused_tma_kernel<true> applies) that
- *                  kernel over pairs of key tiles: Q, dO and the dQ accumulator copied once
- *                  per query step for two key tiles (README step 16); likewise
- *                  dbias_tma_kernel<true, 2> (the default dbias pass) over pairs of query
- *                  tiles sharing each row's K, V boxes.
+ *   fwd_tma_kernel, dbias_tma_kernel, fused_tma_kernel  (where D = 32 and the views'
+ *                  strides are multiples of 16 bytes) fwd_kernel, dbias_kernel and
+ *                  fused_kernel<32, true, 1> with their tiles copied by TMA (tma_ptx.cuh:
+ *                  one thread issues a step's boxes onto an mbarrier; swizzled boxes read
+ *                  through tile views); bit-identical to them with WG = false (README step
+ *                  13). WG = true (the default for the forward and the dbias pass): their
+ *                  matrix products on Hopper's wgmma (wgmma_ptx.cuh) reading the boxes in
+ *                  place, Q / P fragments from registers; the same elementwise code, equal
+ *                  to the others to rounding (README step 15); the dbias pass takes query
+ *                  tiles in pairs sharing each row's K, V boxes (KQ = 2, step 16).
+ *   fused_wg_kernel<KT>  (the default fused pass where D = 32 and the views allow, at every
+ *                  N) fused_tma_kernel on wgmma (K, V, P, dS fragments from registers, dQ
+ *                  from the swizzled dSᵀ tile), over KT = 2 key tiles per pass: Q, dO and
+ *                  the dQ accumulator copied once per query step for both (README step 16).
+ *                  mf_attention_cuda_set_tma(mask) selects all of these.
  * Bias and dbias rows are p.bl elements apart (mf_attn_views.bias_row; K when dense): the
  * bias tiles are copied 16 bytes at a time only when p.bl % 8 == 0 (README step 11).
  * No kernel uses atomics; every output element is written by exactly one thread.
@@ -1934,56 +1933,21 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
  * slots are this CTA's own global stores of the previous key tile: generic-proxy copies
  * need no proxy fence). Same arithmetic and order as fused_kernel: bit-identical dq, dk,
  * dv. Stage: Q | dO (4 KB each) | bias (8 KB) | lse·log2e | Di (256 B each). */
-/* fused_dq_step of fused_tma_kernel<true>: the same sum order over key tiles (each slot
- * read and written by one thread), with dQ_tile (+)= dS·K as four wgmma m64n32k16: A = dS
- * (64 queries × 16 keys per step) read MN-major from dSᵀ (kva + 2·TMA_KV: 64 key rows of
- * 128 bytes, 128-byte swizzle), B = K (16 keys × 32) MN-major from its TMA box (kva: 64-byte
- * rows, 64-byte swizzle). Waits for all of the warpgroup's wgmma groups (the dV / dK
- * products the caller committed before it included). */
-__device__ __forceinline__ void fused_dq_step_wg(const att_params &p, float4 *Acc, float4 *gacc, uint32_t kva,
-                                                 int it, int st, int kb, int nkb, int b, int r, int h,
-                                                 int warp, int lane) {
-  constexpr int DP = 32, ND = DP / 8;
-  auto slot = [&](int i, int nd) { return ((i * ATT_WARPS + warp) * ND + nd) * 32 + lane; };
-  float c[ND][4];
-  float(&c16)[16] = reinterpret_cast<float(&)[16]>(c);
-  acc_load<ND>(c, kb == 0, [&](int nd) { return Acc[slot(st, nd)]; });
-  mf_wg_fence();
-#pragma unroll
-  for (int j = 0; j < 4; j++) /* keys 16j..16j+15 */
-    mf_wg_ss_n32_tt(c16, mf_wg_desc_mn(kva + 2 * TMA_KV + j * 2048, 8192),
-                    mf_wg_desc_sw64(kva + j * 1024, 4096, 512), 1);
-  mf_wg_commit();
-  mf_wg_wait<0>();
-  mf_wg_pin(c16);
-  if (kb == nkb - 1) {
-    store_rows<DP>(p.dq + vofs(p.sdq, b, r, h), c, it * ATT_BQ + warp * 16, p.Q, p.D, p.sdq.row, p.scale);
-  } else {
-#pragma unroll
-    for (int nd = 0; nd < ND; nd++) gacc[slot(it, nd)] = make_float4(c[nd][0], c[nd][1], c[nd][2], c[nd][3]);
-  }
-}
-
 #define TF_STAGE 17408 /* 2·4096 + 8192 + 512, rounded up to 1 KB */
 #define TF_SMEM (2 * TF_STAGE + 2 * 64 * 40 * 2 + ATT_BK * (ATT_BQ + 8) * 2 + 2 * ATT_WARPS * 4 * 32 * 16 + \
                  ATT_MS + 2 * 8 + 1024)
 
-template <bool WG>
 __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, 32, 1)) fused_tma_kernel(att_params p, const __grid_constant__ att_tmaps tm) {
   constexpr bool MMA = true;
   constexpr int DP = 32, TP = DP + 8, TILE = 64 * TP, ND = DP / 8, SP = ATT_BQ + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = mf_smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
   unsigned char *sb = smem_raw + (base - raw);
-  /* WG: K, V as TMA boxes (64 × 64 B, 64-byte swizzle) and dSᵀ as 64 rows of 128 B in the
-   * 128-byte swizzle, the layouts wgmma reads; else (64, DP+8) pitch tiles and dSᵀ (BK, SP) */
-  unsigned char *kvs = sb + 2 * TF_STAGE;
-  bf16 *Ks = reinterpret_cast<bf16 *>(kvs), *Vs = WG ? Ks + TMA_KV / 2 : Ks + TILE;
-  bf16 *St = WG ? reinterpret_cast<bf16 *>(kvs + 2 * TMA_KV) : Vs + TILE;
-  float4 *Acc = reinterpret_cast<float4 *>(WG ? reinterpret_cast<bf16 *>(kvs + 2 * TMA_KV + ATT_BK * 128)
-                                               : St + ATT_BK * SP); /* [2][4][ND][32] */
+  bf16 *Ks = reinterpret_cast<bf16 *>(sb + 2 * TF_STAGE), *Vs = Ks + TILE; /* [TILE] each */
+  bf16 *St = Vs + TILE;                                                    /* [BK][SP]: dSᵀ */
+  float4 *Acc = reinterpret_cast<float4 *>(St + ATT_BK * SP);              /* [2][4][ND][32] */
   uint8_t *Ms = reinterpret_cast<uint8_t *>(Acc + 2 * ATT_WARPS * ND * 32);
-  const uint32_t bar = (mf_smem_u32(Ms) + ATT_MS + 7u) & ~7u, kvbar = bar + 16; /* stages 0, 1; K|V */
+  const uint32_t bar = (mf_smem_u32(Ms) + ATT_MS + 7u) & ~7u;
 
   const int K = p.K, D = p.D, nqb = p.nqb, nkb = p.nkb, tid = threadIdx.x;
   const int warp = tid / MF_WARP_SIZE, lane = tid % MF_WARP_SIZE;
@@ -1995,10 +1959,9 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, 32, 1)) fused_tma
   if (tid == 0) {
     mf_mbar_init(bar, 1);
     mf_mbar_init(bar + 8, 1);
-    mf_mbar_init(kvbar, 1);
     mf_mbar_init_fence();
   }
-  uint32_t ph = 0; /* the stages' barrier phases (bit s), and K|V's (bit 2) */
+  uint32_t ph = 0; /* the stages' barrier phases (bit s) */
   const bool has_bias = p.bias != NULL;
   if (!has_bias) /* zero bias tiles in both stages, never overwritten */
     for (int s = 0; s < 2; s++)
@@ -2032,30 +1995,17 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, 32, 1)) fused_tma
       };
 
       __syncthreads(); /* the previous key tile is done with every buffer (and the barriers are set) */
-      if constexpr (WG) {
-        if (tid == 0) {
-          mf_mbar_expect_tx(kvbar, 2 * TMA_KV);
-          tma_view(base + 2 * TF_STAGE, &tm.k, tm.pk, k0, h, r, b, kvbar);
-          tma_view(base + 2 * TF_STAGE + TMA_KV, &tm.v, tm.pv, k0, h, r, b, kvbar);
-        }
-      } else {
-        rp.template load<MMA>(Ks, kg, K - k0, stk);
-        rp.template load<MMA>(Vs, vg, K - k0, stv);
-      }
+      rp.template load<MMA>(Ks, kg, K - k0, stk);
+      rp.template load<MMA>(Vs, vg, K - k0, stv);
       load_mask(Ms, mg, k0, K);
       prefetch(0, 0);
       cp_async_commit<MMA>();
       cp_async_wait<MMA, 0>();
-      if constexpr (WG) {
-        mf_mbar_wait(kvbar, (ph >> 2) & 1u);
-        ph ^= 4u;
-      }
       __syncthreads();
       uint32_t kf[DP / 16][4], vf[DP / 16][4];
       bool kv0, kv1;
       float dk[DP / 8][4], dv[DP / 8][4];
-      if constexpr (WG) key_tile_start_v<DP, MMA>(kf, vf, kv0, kv1, dk, dv, tv_sw64{Ks}, tv_sw64{Vs}, Ms, warp);
-      else key_tile_start<DP, MMA>(kf, vf, kv0, kv1, dk, dv, Ks, Vs, Ms, warp);
+      key_tile_start<DP, MMA>(kf, vf, kv0, kv1, dk, dv, Ks, Vs, Ms, warp);
 
       for (int it = 0; it < nqb; it++) {
         const int st = it & 1;
@@ -2072,54 +2022,13 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, 32, 1)) fused_tma
         const float *ds = ls + ATT_BQ;
 
         float s[8][4], dp[8][4];
-        const uint32_t qa = base + st * TF_STAGE, oa = qa + TMA_KV; /* the Q and dO tiles */
-        float(&dv16)[16] = reinterpret_cast<float(&)[16]>(dv);
-        float(&dk16)[16] = reinterpret_cast<float(&)[16]>(dk);
-        if constexpr (WG) { /* Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ: A (K, V) from registers, B K-major */
-          float(&s32)[32] = reinterpret_cast<float(&)[32]>(s);
-          float(&dp32)[32] = reinterpret_cast<float(&)[32]>(dp);
-          mf_wg_fence();
-          mf_wg_rs_n64<0>(s32, kf[0], mf_wg_desc_sw64(qa, 16, 512), 0);
-          mf_wg_rs_n64<0>(s32, kf[1], mf_wg_desc_sw64(qa + 32, 16, 512), 1);
-          mf_wg_rs_n64<0>(dp32, vf[0], mf_wg_desc_sw64(oa, 16, 512), 0);
-          mf_wg_rs_n64<0>(dp32, vf[1], mf_wg_desc_sw64(oa + 32, 16, 512), 1);
-          mf_wg_commit();
-          mf_wg_wait<0>();
-          mf_wg_pin(s32);
-          mf_wg_pin(dp32);
-        } else {
-          s_dp_products<DP, MMA>(s, dp, kf, tv_sw64{qs}, vf, tv_sw64{dos}); /* Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ */
-        }
-        if constexpr (WG)
-          pt_dst_tile<MMA, true>(s, dp, tv_sw128{qs + TMA_KV}, ls, ds, kv0, kv1, p.scale,
-                                 st_sw128{reinterpret_cast<unsigned char *>(St)}, warp);
-        else
-          pt_dst_tile<MMA, true>(s, dp, tv_sw128{qs + TMA_KV}, ls, ds, kv0, kv1, p.scale, st_pitch{St, SP}, warp);
-        if constexpr (WG) { /* dV += Pᵀ·dO, dK += dSᵀ·Q: A from registers, B (queries × D) MN-major */
-          uint32_t pa[4][4], sa[4][4];
-#pragma unroll
-          for (int j = 0; j < 4; j++) {
-            pack_a_frag(pa[j], s, j);
-            pack_a_frag(sa[j], dp, j);
-          }
-          mf_wg_fence();
-          wg_pm_box(dv16, pa, oa);
-          wg_pm_box(dk16, sa, qa);
-          mf_wg_commit();
-        } else {
-          mm_pm_v<DP, MMA>(dv, s, tv_sw64{dos}); /* dV += Pᵀ·dO */
-          mm_pm_v<DP, MMA>(dk, dp, tv_sw64{qs}); /* dK += dSᵀ·Q */
-        }
-        if constexpr (WG) {
-          mf_fence_proxy_async(); /* dSᵀ (generic stores) before the wgmma that reads it */
-          __syncthreads();        /* dSᵀ complete */
-          fused_dq_step_wg(p, Acc, gacc, base + 2 * TF_STAGE, it, st, kb, nkb, b, r, h, warp, lane);
-          mf_wg_pin(dv16); /* the dV / dK products are complete too (the step waited for all) */
-          mf_wg_pin(dk16);
-        } else {
-          __syncthreads(); /* dSᵀ complete */
-          fused_dq_step<DP, true>(p, Acc, gacc, St, Ks, it, st, kb, nkb, b, r, h, warp, lane, p.Q, D);
-        }
+        s_dp_products<DP, MMA>(s, dp, kf, tv_sw64{qs}, vf, tv_sw64{dos}); /* Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ */
+        pt_dst_tile<MMA, true>(s, dp, tv_sw128{qs + TMA_KV}, ls, ds, kv0, kv1, p.scale, st_pitch{St, SP}, warp);
+        mm_pm_v<DP, MMA>(dv, s, tv_sw64{dos}); /* dV += Pᵀ·dO */
+        mm_pm_v<DP, MMA>(dk, dp, tv_sw64{qs}); /* dK += dSᵀ·Q */
+        __syncthreads();                       /* dSᵀ complete */
+
+        fused_dq_step<DP, true>(p, Acc, gacc, St, Ks, it, st, kb, nkb, b, r, h, warp, lane, p.Q, D);
       }
       if (p.dk) store_rows<DP>(p.dk + vofs(p.sdk, b, r, h), dk, k0 + warp * 16, K, D, p.sdk.row, p.scale);
       if (p.dv) store_rows<DP>(p.dv + vofs(p.sdv, b, r, h), dv, k0 + warp * 16, K, D, p.sdv.row, 1.f);
@@ -2128,34 +2037,41 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, 32, 1)) fused_tma
 }
 
 /* ------------------------------------------------------------------------------------
- * fused_wg2_kernel (README step 16): fused_tma_kernel<true> over pairs of key tiles. ncu
- * put that pass at the device-memory bandwidth (3.7–4.0 TB/s: per 64 × 64 step the Q and
- * dO boxes, 8 KB, and the dQ accumulator's fp32 round trip through the CTA's global
- * scratch, 16 KB, most of it missing L2), so here each query step copies Q, dO, lse, Di
- * and the accumulator once for two key tiles: half those bytes per key. Per step and key
- * tile t the work is fused_tma_kernel<true>'s (Sᵀ, dPᵀ, the elementwise step with tile t's
- * bias and mask, dV_t, dK_t, then dQ += dS_t·K_t after the dSᵀ barrier); dQ sums tile 0
- * then tile 1 in registers before the slot is written back: the same additions in the
- * same order as fused_tma_kernel<true> (whose fp32 slot round trip changes no bit). The
- * second tile of an odd count is skipped. Both tiles' K, V fragments and dK, dV
- * accumulators live in registers: 2 CTAs per SM.
- * Shared memory: two stages of Q | dO | bias_0 | bias_1 | lse·log2e | Di, then K_0 | V_0 |
- * K_1 | V_1 (TMA boxes), dSᵀ (64 rows × 128 B, 128-byte swizzle), the accumulator stages,
- * the two tiles' mask bytes and the barriers. */
-#define TW_STAGE 25600 /* 2·4096 + 2·8192 + 512, rounded up to 1 KB */
-#define TW_SMEM (2 * TW_STAGE + 4 * TMA_KV + ATT_BK * 128 + 2 * ATT_WARPS * 4 * 32 * 16 + 2 * ATT_MS + 3 * 8 + 1024)
+ * fused_wg_kernel<KT> (README steps 15–16; the default fused pass where D = 32 and the
+ * views allow): fused_tma_kernel with its products on wgmma, reading the TMA boxes in place
+ * — Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ with K, V from registers; dV += Pᵀ·dO and dK += dSᵀ·Q with P,
+ * dS from registers against the MN-major Q and dO boxes; dQ += dS·K with dS read MN-major
+ * from dSᵀ (stored in the 128-byte swizzle) and B = K's box (K and V come by TMA too) — over
+ * KT key tiles per CTA pass. ncu put the KT = 1 pass at the device-memory bandwidth
+ * (3.7–4.0 TB/s: per 64 × 64 step the Q and dO boxes, 8 KB, and the dQ accumulator's fp32
+ * round trip through the CTA's global scratch, 16 KB, most of it missing L2), so with
+ * KT = 2 each query step copies Q, dO, lse, Di and the accumulator once for two key tiles:
+ * half those bytes per key. Per step and key tile t: Sᵀ, dPᵀ, the elementwise step with
+ * tile t's bias and mask, dV_t, dK_t, then dQ += dS_t·K_t after the dSᵀ barrier; dQ sums
+ * the tiles in order in registers before the slot is written back (the same additions in
+ * the same order for either KT; not fused_tma_kernel's order of rounding). A missing last
+ * tile of an odd count is skipped. All KT tiles' K, V fragments and dK, dV accumulators
+ * live in registers: 3 CTAs per SM for KT = 1, 2 for KT = 2.
+ * Shared memory: two stages of Q | dO | bias_0..bias_{KT-1} | lse·log2e | Di, then K_0 | V_0
+ * | K_1 | V_1 (TMA boxes), dSᵀ (64 rows × 128 B), the accumulator stages, the tiles' mask
+ * bytes and the barriers. */
+#define TW_STAGE_K(KT) ((KT) == 1 ? 17408 : 25600) /* 2·4096 + KT·8192 + 512, rounded up to 1 KB */
+#define TW_SMEM_K(KT) (2 * TW_STAGE_K(KT) + 2 * (KT) * TMA_KV + ATT_BK * 128 + 2 * ATT_WARPS * 4 * 32 * 16 + \
+                       (KT) * ATT_MS + 3 * 8 + 1024)
 
-__global__ void __launch_bounds__(ATT_THREADS, 2) fused_wg2_kernel(att_params p, const __grid_constant__ att_tmaps tm) {
+template <int KT>
+__global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(att_params p, const __grid_constant__ att_tmaps tm) {
   constexpr bool MMA = true;
   constexpr int DP = 32, ND = DP / 8;
+  constexpr uint32_t STG = TW_STAGE_K(KT);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = mf_smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
   unsigned char *sb = smem_raw + (base - raw);
-  const uint32_t kva = base + 2 * TW_STAGE, sta = kva + 4 * TMA_KV; /* K_t at kva + t·2·TMA_KV, V_t + TMA_KV */
-  unsigned char *St = sb + 2 * TW_STAGE + 4 * TMA_KV;
+  const uint32_t kva = base + 2 * STG, sta = kva + 2 * KT * TMA_KV; /* K_t at kva + t·2·TMA_KV, V_t + TMA_KV */
+  unsigned char *St = sb + 2 * STG + 2 * KT * TMA_KV;
   float4 *Acc = reinterpret_cast<float4 *>(St + ATT_BK * 128); /* [2][4][ND][32] */
-  uint8_t *Ms = reinterpret_cast<uint8_t *>(Acc + 2 * ATT_WARPS * ND * 32); /* [2][ATT_MS]: tiles 0, 1 */
-  const uint32_t bar = (mf_smem_u32(Ms) + 2 * ATT_MS + 7u) & ~7u, kvbar = bar + 16; /* stages 0, 1; K|V */
+  uint8_t *Ms = reinterpret_cast<uint8_t *>(Acc + 2 * ATT_WARPS * ND * 32); /* [KT][ATT_MS]: tile t's */
+  const uint32_t bar = (mf_smem_u32(Ms) + KT * ATT_MS + 7u) & ~7u, kvbar = bar + 16; /* stages 0, 1; K|V */
 
   const int K = p.K, nqb = p.nqb, nkb = p.nkb, tid = threadIdx.x;
   const int warp = tid / MF_WARP_SIZE, lane = tid % MF_WARP_SIZE;
@@ -2172,31 +2088,29 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) fused_wg2_kernel(att_params p,
   const bool has_bias = p.bias != NULL;
   if (!has_bias) /* zero bias tiles in both stages, never overwritten */
     for (int s = 0; s < 2; s++)
-      for (int i = tid; i < 2 * TMA_BIAS / 16; i += ATT_THREADS)
-        reinterpret_cast<uint4 *>(sb + s * TW_STAGE + 2 * TMA_KV)[i] = make_uint4(0, 0, 0, 0);
-  const uint32_t stage_tx = 2 * TMA_KV + (has_bias ? 2 * TMA_BIAS : 0) + 2 * ATT_BQ * 4;
+      for (int i = tid; i < KT * TMA_BIAS / 16; i += ATT_THREADS)
+        reinterpret_cast<uint4 *>(sb + s * STG + 2 * TMA_KV)[i] = make_uint4(0, 0, 0, 0);
+  const uint32_t stage_tx = 2 * TMA_KV + (has_bias ? KT * TMA_BIAS : 0) + 2 * ATT_BQ * 4;
   for (int64_t brh = blockIdx.x; brh < nslab; brh += gridDim.x) {
     const int h = (int)(brh % p.H);
     const int64_t br = brh / p.H;
     const int b = (int)(br / p.R), r = (int)(br % p.R);
     const uint8_t *mg = p.mask ? p.mask + br * K : NULL;
     const float *ldg = slab_ld(p, brh);
-    for (int kb = 0; kb < nkb; kb += 2) {
-      const int k0 = kb * ATT_BK;
-      const bool two = kb + 1 < nkb;
+    for (int kb = 0; kb < nkb; kb += KT) {
+      const int k0 = kb * ATT_BK, nt = min(KT, nkb - kb); /* this pass's key tiles */
       auto prefetch = [&](int it, int sn) {
         const int q1 = it * ATT_BQ;
         if (tid == 0) {
-          const uint32_t dst = base + sn * TW_STAGE, fb = bar + 8 * sn;
+          const uint32_t dst = base + sn * STG, fb = bar + 8 * sn;
           mf_mbar_expect_tx(fb, stage_tx);
           tma_view(dst, &tm.q, tm.pq, q1, h, r, b, fb);
           tma_view(dst + TMA_KV, &tm.dO, tm.pd, q1, h, r, b, fb);
-          if (has_bias) {
-            mf_tma_load_4d(dst + 2 * TMA_KV, &tm.bias, k0, q1, h, b, fb);
-            mf_tma_load_4d(dst + 2 * TMA_KV + TMA_BIAS, &tm.bias, k0 + ATT_BK, q1, h, b, fb);
-          }
-          mf_bulk_load(dst + 2 * TMA_KV + 2 * TMA_BIAS, ldg + q1, ATT_BQ * 4, fb);
-          mf_bulk_load(dst + 2 * TMA_KV + 2 * TMA_BIAS + ATT_BQ * 4, ldg + nqb * ATT_BQ + q1, ATT_BQ * 4, fb);
+          if (has_bias)
+            for (int t = 0; t < KT; t++)
+              mf_tma_load_4d(dst + 2 * TMA_KV + t * TMA_BIAS, &tm.bias, k0 + t * ATT_BK, q1, h, b, fb);
+          mf_bulk_load(dst + 2 * TMA_KV + KT * TMA_BIAS, ldg + q1, ATT_BQ * 4, fb);
+          mf_bulk_load(dst + 2 * TMA_KV + KT * TMA_BIAS + ATT_BQ * 4, ldg + nqb * ATT_BQ + q1, ATT_BQ * 4, fb);
         }
         if (kb > 0)
 #pragma unroll
@@ -2204,28 +2118,27 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) fused_wg2_kernel(att_params p,
       };
 
       __syncthreads(); /* the previous key tiles are done with every buffer (and the barriers are set) */
-      if (tid == 0) { /* K_0, V_0, K_1, V_1 (past K: zeros) */
-        mf_mbar_expect_tx(kvbar, 4 * TMA_KV);
+      if (tid == 0) { /* K_t, V_t (past K: zeros) */
+        mf_mbar_expect_tx(kvbar, 2 * KT * TMA_KV);
 #pragma unroll
-        for (int t = 0; t < 2; t++) {
+        for (int t = 0; t < KT; t++) {
           tma_view(kva + t * 2 * TMA_KV, &tm.k, tm.pk, k0 + t * ATT_BK, h, r, b, kvbar);
           tma_view(kva + t * 2 * TMA_KV + TMA_KV, &tm.v, tm.pv, k0 + t * ATT_BK, h, r, b, kvbar);
         }
       }
-      load_mask(Ms, mg, k0, K);
-      load_mask(Ms + ATT_MS, mg, k0 + ATT_BK, K);
+      for (int t = 0; t < KT; t++) load_mask(Ms + t * ATT_MS, mg, k0 + t * ATT_BK, K);
       prefetch(0, 0);
       cp_async_commit<MMA>();
       cp_async_wait<MMA, 0>();
       mf_mbar_wait(kvbar, (ph >> 2) & 1u);
       ph ^= 4u;
       __syncthreads();
-      uint32_t kf[2][DP / 16][4], vf[2][DP / 16][4];
-      bool kv0[2], kv1[2];
-      float dk[2][DP / 8][4], dv[2][DP / 8][4];
+      uint32_t kf[KT][DP / 16][4], vf[KT][DP / 16][4];
+      bool kv0[KT], kv1[KT];
+      float dk[KT][DP / 8][4], dv[KT][DP / 8][4];
 #pragma unroll
-      for (int t = 0; t < 2; t++) {
-        const bf16 *kt = reinterpret_cast<const bf16 *>(sb + 2 * TW_STAGE + t * 2 * TMA_KV);
+      for (int t = 0; t < KT; t++) {
+        const bf16 *kt = reinterpret_cast<const bf16 *>(sb + 2 * STG + t * 2 * TMA_KV);
         key_tile_start_v<DP, MMA>(kf[t], vf[t], kv0[t], kv1[t], dk[t], dv[t], tv_sw64{kt},
                                   tv_sw64{kt + TMA_KV / 2}, Ms + t * ATT_MS, warp);
       }
@@ -2240,17 +2153,17 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) fused_wg2_kernel(att_params p,
         cp_async_commit<MMA>();
         mf_mbar_wait(bar + 8 * st, (ph >> st) & 1u);
         ph ^= 1u << st;
-        const bf16 *qs = reinterpret_cast<const bf16 *>(sb + st * TW_STAGE);
-        const float *ls = reinterpret_cast<const float *>(sb + st * TW_STAGE + 2 * TMA_KV + 2 * TMA_BIAS);
+        const bf16 *qs = reinterpret_cast<const bf16 *>(sb + st * STG);
+        const float *ls = reinterpret_cast<const float *>(sb + st * STG + 2 * TMA_KV + KT * TMA_BIAS);
         const float *ds = ls + ATT_BQ;
-        const uint32_t qa = base + st * TW_STAGE, oa = qa + TMA_KV; /* the Q and dO boxes */
-        float c[ND][4]; /* dQ rows it·64 + 16·warp.. of this slab, over both key tiles */
+        const uint32_t qa = base + st * STG, oa = qa + TMA_KV; /* the Q and dO boxes */
+        float c[ND][4]; /* dQ rows it·64 + 16·warp.. of this slab, over the pass's key tiles */
         float(&c16)[16] = reinterpret_cast<float(&)[16]>(c);
         acc_load<ND>(c, kb == 0, [&](int nd) { return Acc[slot(st, nd)]; });
 #pragma unroll
-        for (int t = 0; t < 2; t++) {
-          if (t == 1 && !two) break;
-          if (t == 1) __syncthreads(); /* tile 0's dQ products are done everywhere: dSᵀ is free */
+        for (int t = 0; t < KT; t++) {
+          if (t >= nt) break;
+          if (t > 0) __syncthreads(); /* tile t−1's dQ products are done everywhere: dSᵀ is free */
           float s[8][4], dp[8][4];
           float(&s32)[32] = reinterpret_cast<float(&)[32]>(s);
           float(&dp32)[32] = reinterpret_cast<float(&)[32]>(dp);
@@ -2290,7 +2203,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) fused_wg2_kernel(att_params p,
           mf_wg_pin(dv16);
           mf_wg_pin(dk16);
         }
-        if (kb + 2 >= nkb) {
+        if (kb + KT >= nkb) {
           store_rows<DP>(p.dq + vofs(p.sdq, b, r, h), c, it * ATT_BQ + warp * 16, p.Q, p.D, p.sdq.row, p.scale);
         } else {
 #pragma unroll
@@ -2298,8 +2211,8 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) fused_wg2_kernel(att_params p,
         }
       }
 #pragma unroll
-      for (int t = 0; t < 2; t++) {
-        if (t == 1 && !two) break;
+      for (int t = 0; t < KT; t++) {
+        if (t >= nt) break;
         const int kt0 = k0 + t * ATT_BK + warp * 16;
         if (p.dk) store_rows<DP>(p.dk + vofs(p.sdk, b, r, h), dk[t], kt0, K, p.D, p.sdk.row, p.scale);
         if (p.dv) store_rows<DP>(p.dv + vofs(p.sdv, b, r, h), dv[t], kt0, K, p.D, p.sdv.row, 1.f);
@@ -2887,20 +2800,22 @@ static bool fused_tma(const att_params &p, int64_t grid, cudaStream_t stream) {
     return false;
   if (p.bias && !bias_map(&tm.bias, p)) return false;
   if (grid == 0) return true;
-  if ((g_tma & MF_ATT_TMA_FUSED_WG) && (g_tma & MF_ATT_TMA_FUSED_WG2)) { /* on its own persistent grid */
-    static std::atomic<int> occ_cache[ATT_OCC_DEVICES];
+  if (g_tma & MF_ATT_TMA_FUSED_WG) { /* on its own persistent grid */
+    static std::atomic<int> occ_cache[2][ATT_OCC_DEVICES];
+    const bool two = g_tma & MF_ATT_TMA_FUSED_WG2;
+    auto kern = two ? fused_wg_kernel<2> : fused_wg_kernel<1>;
+    const size_t smem = two ? TW_SMEM_K(2) : TW_SMEM_K(1);
     int64_t slots = 0;
-    MF_ASSERT(occupancy(fused_wg2_kernel, ATT_THREADS, TW_SMEM, true, occ_cache, &slots) > 0,
-              "attention: fused_wg2_kernel does not fit");
-    if (slots < grid) grid = slots; /* the scratch is sized for the larger default grid */
-    fused_wg2_kernel<<<(unsigned)grid, ATT_THREADS, TW_SMEM, stream>>>(p, tm);
+    MF_ASSERT(occupancy(kern, ATT_THREADS, smem, true, occ_cache[two], &slots) > 0,
+              "attention: fused_wg_kernel does not fit");
+    if (slots < grid) grid = slots; /* the scratch is sized for the default grid, never a larger one */
+    kern<<<(unsigned)grid, ATT_THREADS, smem, stream>>>(p, tm);
     MF_CHECK_LAUNCH();
     g_tma_calls++;
     return true;
   }
-  auto kern = (g_tma & MF_ATT_TMA_FUSED_WG) ? fused_tma_kernel<true> : fused_tma_kernel<false>;
-  MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, TF_SMEM));
-  kern<<<(unsigned)grid, ATT_THREADS, TF_SMEM, stream>>>(p, tm);
+  MF_CHECK_CUDA(cudaFuncSetAttribute(fused_tma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, TF_SMEM));
+  fused_tma_kernel<<<(unsigned)grid, ATT_THREADS, TF_SMEM, stream>>>(p, tm);
   MF_CHECK_LAUNCH();
   g_tma_calls++;
   return true;
