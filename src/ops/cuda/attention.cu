@@ -534,6 +534,19 @@ __device__ __forceinline__ void logits(float s[8][4], const TV &bs, const uint8_
   }
 }
 
+/* s (this warp's 16 rows × 64 keys, natural units) ← 2^(log2e·s − mu) with mu0 for rows g,
+ * mu1 for rows g + 8 (one FFMA and one ex2 per logit). */
+template <bool MMA>
+__device__ __forceinline__ void exp2_rows(float s[8][4], float mu0, float mu1) {
+#pragma unroll
+  for (int nb = 0; nb < 8; nb++) {
+    s[nb][0] = fast_exp2<MMA>(fmaf(s[nb][0], ATT_LOG2E, -mu0));
+    s[nb][1] = fast_exp2<MMA>(fmaf(s[nb][1], ATT_LOG2E, -mu0));
+    s[nb][2] = fast_exp2<MMA>(fmaf(s[nb][2], ATT_LOG2E, -mu1));
+    s[nb][3] = fast_exp2<MMA>(fmaf(s[nb][3], ATT_LOG2E, -mu1));
+  }
+}
+
 /* One online-softmax step of the forward over a key tile's logits s (natural units; mx0,
  * mx1: the maxima of rows g, g+8 over this thread's columns, from logits()): the rows'
  * running maxima m0, m1 updated, s replaced by P = 2^(log2e·(s − m)) (a row with no valid
@@ -560,13 +573,7 @@ __device__ __forceinline__ void softmax_step(float s[8][4], float o[NO][4], floa
   }
   m0 = mn0;
   m1 = mn1;
-#pragma unroll
-  for (int nb = 0; nb < 8; nb++) {
-    s[nb][0] = fast_exp2<MMA>(fmaf(s[nb][0], ATT_LOG2E, -mu0));
-    s[nb][1] = fast_exp2<MMA>(fmaf(s[nb][1], ATT_LOG2E, -mu0));
-    s[nb][2] = fast_exp2<MMA>(fmaf(s[nb][2], ATT_LOG2E, -mu1));
-    s[nb][3] = fast_exp2<MMA>(fmaf(s[nb][3], ATT_LOG2E, -mu1));
-  }
+  exp2_rows<MMA>(s, mu0, mu1);
 }
 
 /* The forward's end of a row pair, from the row sums l0, l1 (rows g, g+8; mm_pm_v<RS>
@@ -1933,6 +1940,40 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, DP, 1)) fused_ker
  * slots are this CTA's own global stores of the previous key tile: generic-proxy copies
  * need no proxy fence). Same arithmetic and order as fused_kernel: bit-identical dq, dk,
  * dv. Stage: Q | dO (4 KB each) | bias (8 KB) | lse·log2e | Di (256 B each). */
+/* One query step's copies of fused_tma_kernel / fused_wg_kernel<KT> (thread 0): the Q and
+ * dO boxes of rows q1.., the KT bias boxes of key tiles k0.. (with a bias), the rows'
+ * lse·log2e and Di (bulk copies from ldg, slab_ld()) into the stage at dst, onto its
+ * transaction barrier fb (stage_tx bytes). Stage: Q | dO | bias_0.. | lse·log2e | Di. */
+template <int KT>
+__device__ __forceinline__ void tma_fused_stage(const att_tmaps &tm, uint32_t dst, uint32_t fb, uint32_t stage_tx,
+                                                int q1, int k0, int h, int r, int b, bool has_bias,
+                                                const float *ldg, int nqb) {
+  mf_mbar_expect_tx(fb, stage_tx);
+  tma_view(dst, &tm.q, tm.pq, q1, h, r, b, fb);
+  tma_view(dst + TMA_KV, &tm.dO, tm.pd, q1, h, r, b, fb);
+  if (has_bias)
+    for (int t = 0; t < KT; t++) mf_tma_load_4d(dst + 2 * TMA_KV + t * TMA_BIAS, &tm.bias, k0 + t * ATT_BK, q1, h, b, fb);
+  mf_bulk_load(dst + 2 * TMA_KV + KT * TMA_BIAS, ldg + q1, ATT_BQ * 4, fb);
+  mf_bulk_load(dst + 2 * TMA_KV + KT * TMA_BIAS + ATT_BQ * 4, ldg + nqb * ATT_BQ + q1, ATT_BQ * 4, fb);
+}
+
+/* The head of query step it of fused_tma_kernel / fused_wg_kernel: once every thread is
+ * done with the previous step (its stage may be refilled), the next step's copies are
+ * issued into the other stage (prefetch(it + 1, stage), one commit group for its cp.async
+ * part), then this step's stage is awaited on its transaction barrier (phase bits in ph). */
+template <class F>
+__device__ __forceinline__ void tma_step_head(int it, int nqb, uint32_t bar, uint32_t &ph, F &&prefetch) {
+  const int st = it & 1;
+  if (it > 0) {
+    cp_async_wait<true, 0>();
+    __syncthreads();
+  }
+  if (it + 1 < nqb) prefetch(it + 1, st ^ 1);
+  cp_async_commit<true>();
+  mf_mbar_wait(bar + 8 * st, (ph >> st) & 1u);
+  ph ^= 1u << st;
+}
+
 #define TF_STAGE 17408 /* 2·4096 + 8192 + 512, rounded up to 1 KB */
 #define TF_SMEM (2 * TF_STAGE + 2 * 64 * 40 * 2 + ATT_BK * (ATT_BQ + 8) * 2 + 2 * ATT_WARPS * 4 * 32 * 16 + \
                  ATT_MS + 2 * 8 + 1024)
@@ -1980,15 +2021,7 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, 32, 1)) fused_tma
       const bf16 *vg = p.v + vofs(p.sv, b, r, h) + (int64_t)k0 * stv;
       auto prefetch = [&](int it, int sn) {
         const int q1 = it * ATT_BQ;
-        if (tid == 0) {
-          const uint32_t dst = base + sn * TF_STAGE, fb = bar + 8 * sn;
-          mf_mbar_expect_tx(fb, stage_tx);
-          tma_view(dst, &tm.q, tm.pq, q1, h, r, b, fb);
-          tma_view(dst + TMA_KV, &tm.dO, tm.pd, q1, h, r, b, fb);
-          if (has_bias) mf_tma_load_4d(dst + 2 * TMA_KV, &tm.bias, k0, q1, h, b, fb);
-          mf_bulk_load(dst + 2 * TMA_KV + TMA_BIAS, ldg + q1, ATT_BQ * 4, fb);
-          mf_bulk_load(dst + 2 * TMA_KV + TMA_BIAS + ATT_BQ * 4, ldg + nqb * ATT_BQ + q1, ATT_BQ * 4, fb);
-        }
+        if (tid == 0) tma_fused_stage<1>(tm, base + sn * TF_STAGE, bar + 8 * sn, stage_tx, q1, k0, h, r, b, has_bias, ldg, nqb);
         if (kb > 0)
 #pragma unroll
           for (int nd = 0; nd < ND; nd++) cp_async16<MMA>(Acc + slot(sn, nd), gacc + slot(it, nd), true);
@@ -2009,14 +2042,7 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, 32, 1)) fused_tma
 
       for (int it = 0; it < nqb; it++) {
         const int st = it & 1;
-        if (it > 0) { /* the previous step's reads are done: its stage may be refilled */
-          cp_async_wait<MMA, 0>();
-          __syncthreads();
-        }
-        if (it + 1 < nqb) prefetch(it + 1, st ^ 1);
-        cp_async_commit<MMA>();
-        mf_mbar_wait(bar + 8 * st, (ph >> st) & 1u);
-        ph ^= 1u << st;
+        tma_step_head(it, nqb, bar, ph, prefetch);
         const bf16 *qs = reinterpret_cast<const bf16 *>(sb + st * TF_STAGE), *dos = qs + TMA_KV / 2;
         const float *ls = reinterpret_cast<const float *>(sb + st * TF_STAGE + 2 * TMA_KV + TMA_BIAS);
         const float *ds = ls + ATT_BQ;
@@ -2101,17 +2127,7 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
       const int k0 = kb * ATT_BK, nt = min(KT, nkb - kb); /* this pass's key tiles */
       auto prefetch = [&](int it, int sn) {
         const int q1 = it * ATT_BQ;
-        if (tid == 0) {
-          const uint32_t dst = base + sn * STG, fb = bar + 8 * sn;
-          mf_mbar_expect_tx(fb, stage_tx);
-          tma_view(dst, &tm.q, tm.pq, q1, h, r, b, fb);
-          tma_view(dst + TMA_KV, &tm.dO, tm.pd, q1, h, r, b, fb);
-          if (has_bias)
-            for (int t = 0; t < KT; t++)
-              mf_tma_load_4d(dst + 2 * TMA_KV + t * TMA_BIAS, &tm.bias, k0 + t * ATT_BK, q1, h, b, fb);
-          mf_bulk_load(dst + 2 * TMA_KV + KT * TMA_BIAS, ldg + q1, ATT_BQ * 4, fb);
-          mf_bulk_load(dst + 2 * TMA_KV + KT * TMA_BIAS + ATT_BQ * 4, ldg + nqb * ATT_BQ + q1, ATT_BQ * 4, fb);
-        }
+        if (tid == 0) tma_fused_stage<KT>(tm, base + sn * STG, bar + 8 * sn, stage_tx, q1, k0, h, r, b, has_bias, ldg, nqb);
         if (kb > 0)
 #pragma unroll
           for (int nd = 0; nd < ND; nd++) cp_async16<MMA>(Acc + slot(sn, nd), gacc + slot(it, nd), true);
@@ -2145,14 +2161,7 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
 
       for (int it = 0; it < nqb; it++) {
         const int st = it & 1;
-        if (it > 0) { /* the previous step's reads are done: its stage may be refilled */
-          cp_async_wait<MMA, 0>();
-          __syncthreads();
-        }
-        if (it + 1 < nqb) prefetch(it + 1, st ^ 1);
-        cp_async_commit<MMA>();
-        mf_mbar_wait(bar + 8 * st, (ph >> st) & 1u);
-        ph ^= 1u << st;
+        tma_step_head(it, nqb, bar, ph, prefetch);
         const bf16 *qs = reinterpret_cast<const bf16 *>(sb + st * STG);
         const float *ls = reinterpret_cast<const float *>(sb + st * STG + 2 * TMA_KV + KT * TMA_BIAS);
         const float *ds = ls + ATT_BQ;
