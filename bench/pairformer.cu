@@ -8,6 +8,7 @@
  *   pairformer [--block 256,384,...] [--stack 384,768] [--max-n] [--max-n-run] [--run-n N]
  *              [--run-blocks B]
  *              [--k 7] [--reps 5] [--stack-reps 2] [--margin-gib 2] [--json out.json]
+ *              [--profile-pass] [--graph]
  *   pairformer --dry [--free-gib 139] [--block ...]   (no GPU: FLOPs and the planner only)
  *
  * What is measured (AF3 defaults c_s = 384, c_z = 128, dropout on, no mask, bf16 inputs
@@ -47,6 +48,12 @@
  *             N would take many minutes of GPU time) inside it, reporting time and peak:
  *             the memory is the whole stack's (all of it is allocated up front), the time
  *             is that of the blocks run.
+ *   --profile-pass  after each --block size's timing, one more forward + backward between
+ *             cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off`
+ *             (per-kernel times of exactly one training step of the block).
+ *   --graph   after each --block size's timing, one forward + backward captured as a CUDA
+ *             graph and replayed (--reps + 2 times, the first 2 untimed): the block
+ *             without launch gaps, for comparison with the stream timing.
  * Writes DESIGN.md's JSON (bench "pairformer", rows {"variant": "megafold", "scope": "block"
  * | "stack48", "N", "pass", "ms", "peak_gib", ...}, plus "matmul_peak_tflops" and a "max_n"
  * section) with --json, rewritten after every row so that a crash keeps what was measured. */
@@ -58,6 +65,7 @@
 #include <time.h>
 
 #include <cublas_v2.h>
+#include <cuda_profiler_api.h>
 
 #include "model/cuda/pairformer_cuda.h"
 #include "model/params.h"
@@ -356,6 +364,46 @@ static void emit(const char *scope, const run *r, const char *pass, double ms, d
 }
 
 /* ---------------------------------------------------------------- --block */
+static int g_profile_pass; /* --profile-pass */
+static int g_graph;        /* --graph */
+
+/* --graph: one forward + backward captured into a CUDA graph on a stream of its own and
+ * replayed (the same dropout seeds every replay, as in the stream timing): how much of the
+ * block's time is launch overhead and gaps between its ~360 kernels. */
+static double block_graph_ms(run *r, int n) {
+  cudaStream_t gs, old = r->st.stream;
+  MF_CHECK_CUDA(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
+  MF_CHECK_CUDA(cudaDeviceSynchronize());
+  r->st.stream = gs;
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  MF_CHECK_CUDA(cudaStreamBeginCapture(gs, cudaStreamCaptureModeThreadLocal));
+  fwd(r);
+  bwd(r);
+  MF_CHECK_CUDA(cudaStreamEndCapture(gs, &g));
+  MF_CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
+  size_t nodes = 0;
+  MF_CHECK_CUDA(cudaGraphGetNodes(g, NULL, &nodes));
+  float *t = (float *)malloc((size_t)n * sizeof(float));
+  MF_CHECK_PTR(t);
+  for (int i = 0; i < n; i++) {
+    MF_CHECK_CUDA(cudaEventRecord(g_e[2], gs));
+    MF_CHECK_CUDA(cudaGraphLaunch(ge, gs));
+    MF_CHECK_CUDA(cudaEventRecord(g_e[3], gs));
+    t[i] = elapsed(2, 3);
+  }
+  const double ms = median(t + 2, n - 2);
+  printf("  block N=%d fwdbwd as one CUDA graph (%zu nodes): %.3f ms (median of %d)\n", r->N,
+         nodes, ms, n - 2);
+  free(t);
+  MF_CHECK_CUDA(cudaGraphExecDestroy(ge));
+  MF_CHECK_CUDA(cudaGraphDestroy(g));
+  MF_CHECK_CUDA(cudaStreamSynchronize(gs));
+  MF_CHECK_CUDA(cudaStreamDestroy(gs));
+  r->st.stream = old;
+  return ms;
+}
+
 static void bench_block(int N, int reps) {
   run r;
   mf_stack_policy pol = {MF_STACK_RECOMPUTE, 0};
@@ -387,7 +435,21 @@ static void bench_block(int N, int reps) {
     tfb[i] = elapsed(0, 1);
   }
   note_mem(&r);
+  if (g_profile_pass) { /* one step for an external profiler (ncu --profile-from-start off) */
+    prep_bwd(&r);
+    MF_CHECK_CUDA(cudaDeviceSynchronize());
+    MF_CHECK_CUDA(cudaProfilerStart());
+    fwd(&r);
+    bwd(&r);
+    MF_CHECK_CUDA(cudaDeviceSynchronize());
+    MF_CHECK_CUDA(cudaProfilerStop());
+  }
   double F = pf_block_fwd_flops(N);
+  if (g_graph) {
+    const double gms = block_graph_ms(&r, reps + 2);
+    json_row("{\"variant\": \"megafold\", \"scope\": \"block-graph\", \"L\": 1, \"N\": %d, "
+             "\"pass\": \"fwdbwd\", \"ms\": %.4f}", N, gms);
+  }
   emit("block", &r, "fwd", median(tf + warm, reps), F, F, reps);
   emit("block", &r, "bwd", median(tb + warm, reps), 2 * F, 2 * F, reps);
   emit("block", &r, "fwdbwd", median(tfb + warm, reps), 3 * F, 3 * F, reps);
@@ -595,11 +657,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--margin-gib") && v) margin = atof(v), i++;
     else if (!strcmp(a, "--json") && v) g_json_path = v, i++;
     else if (!strcmp(a, "--dry")) dry = 1;
+    else if (!strcmp(a, "--profile-pass")) g_profile_pass = 1;
+    else if (!strcmp(a, "--graph")) g_graph = 1;
     else if (!strcmp(a, "--free-gib") && v) dry_free = atof(v), i++;
     else {
       fprintf(stderr, "usage: %s [--block Ns] [--stack Ns] [--max-n] [--max-n-run] [--run-n N] [--run-blocks B] "
               "[--k K] [--reps R] [--stack-reps R] [--margin-gib G] [--json F] "
-              "[--dry [--free-gib G]]\n", argv[0]);
+              "[--dry [--free-gib G]] [--profile-pass] [--graph]\n", argv[0]);
       return 2;
     }
   }
