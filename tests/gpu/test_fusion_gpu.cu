@@ -797,6 +797,7 @@ static void test_trimul(int N, int C, int Ch, int outgoing, int use_mask, int re
            outgoing ? "outgoing" : "incoming", N, C, Ch, use_mask ? " mask" : "",
            resdrop ? " +residual+dropout" : "", (long long)chunk, tvar);
   raw_set runs[2] = {};
+  const int64_t out_calls0 = mf_trimul_out_wg_calls();
   for (int run = 0; run < 2; run++) {
     float *gd = to_f32(g0, np);
     mf_trimul_cuda_grads gg = {gd, gd + C, gd + o_cat, gd + o_lg, gd + o_lg + Ch, gd + o_lg + 2 * Ch};
@@ -827,6 +828,9 @@ static void test_trimul(int N, int C, int Ch, int outgoing, int use_mask, int re
                    (int64_t)C * Ch, TOL_TRIMUL_BWD);
   }
   end_runs(runs, what);
+  if (tvar == 2 && C == 128 && Ch == 128) /* the output side took the fused wgmma kernel */
+    MF_TEST(mf_trimul_out_wg_calls() == out_calls0 + 2, "%s: trimul_out_wg ran %lld times, not 2",
+            what, (long long)(mf_trimul_out_wg_calls() - out_calls0));
   free(pm);
   dev_free_all();
   mf_test_free_all();
@@ -855,8 +859,10 @@ int main(void) {
     test_transition(300, 128, 512, MF_LN_FULL, 1, 0, s += 20, 3);
     test_transition(129, 128, 128, MF_LN_NONE, 0, 0, s += 20, 3);
     mf_ln_gemm_bwd_set_variant(-1);
-    mf_cuda_blas_destroy(&g_blas);
-    test_trimul(33, 128, 128, 0, 1, 1, 0, s += 20); /* the wgmma input projection (channel-major) */
+    /* the wgmma input projection (channel-major) and the fused output side */
+    test_trimul(33, 128, 128, 0, 1, 1, 0, s += 20);
+    test_trimul(65, 128, 128, 1, 1, 0, 1024, s += 20);
+    mf_cuda_blas_destroy(&g_blas); /* after the last test that uses it (was before test_trimul) */
     return mf_test_end();
   }
 
@@ -1043,6 +1049,9 @@ int main(void) {
   test_trimul(65, 128, 128, 1, 1, 0, 1024, s += 20);
   test_trimul(65, 128, 128, 0, 1, 1, 1024, s += 20);
   test_trimul(9, 20, 12, 0, 1, 1, 0, s += 20); /* channels not multiples of 8 */
+  /* 625 subtiles of 64 rows: the fused output side's warpgroups take two each (both T
+   * buffers), M % 64 == 0 */
+  test_trimul(200, 128, 128, 0, 1, 1, 0, s += 20);
   /* N² % 8 == 0: the vectorised transposing kernels (variant 1, the default) — full and
    * partial 64-row tiles, chunks of 8k rows (104, 40), Ch/8 not a power of two (24),
    * Ch = 256 (shared memory above 48 KiB), Ch = 8; chunk 96 of M = 1156 ends in a

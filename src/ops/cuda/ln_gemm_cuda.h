@@ -100,6 +100,21 @@ void mf_ln_gemm_wg_gated_bwd_cuda(__nv_bfloat16 *out, int64_t ldo, const __nv_bf
  * bit). Returns the previous setting. */
 int mf_ln_gemm_wg_set_nwg(int nwg);
 
+/* The triangle multiplication's output side, forward, as one wgmma kernel
+ * (trimul_out_wg.cu, sm_90a; C = Ch = 128, ldm % 8 == 0, ldm >= N², out, T, sg, w 16-byte
+ * and mask 8-byte aligned): out (M, C) = sg ⊙ (LN(T)·wᵀ), or with mask (N, C) fp32
+ * out += mask[b or a] ⊙ sg ⊙ (LN(T)·wᵀ) (axis MF_DROPOUT_ROWWISE: row b of m = a·N + b,
+ * else a); T (Ch, ldm) channel-major, sg (M, C), w (C, Ch), gamma, beta (Ch) of the full
+ * LayerNorm; mean, rstd (M) written. */
+int mf_trimul_out_wg_supported(int C, int Ch, int64_t ldm, const void *out, const void *T,
+                               const void *sg, const void *w, const void *mask);
+void mf_trimul_out_wg_cuda(__nv_bfloat16 *out, float *mean, float *rstd, const __nv_bfloat16 *T,
+                           int64_t ldm, const __nv_bfloat16 *gamma, const __nv_bfloat16 *beta,
+                           const __nv_bfloat16 *w, const __nv_bfloat16 *sg, const float *mask,
+                           int axis, int N, int C, int Ch, cudaStream_t stream);
+/* How many times mf_trimul_out_wg_cuda launched its kernel. */
+int64_t mf_trimul_out_wg_calls(void);
+
 int mf_transition_fused_supported(int C, int Hd, mf_ln_mode mode, const void *inp,
                                   const void *out, const void *w_ab, const void *w_o);
 /* out (M, C), may equal inp; mean, rstd (M); inp (M, C); gamma, beta (C); w_ab (2Hd, C) =

@@ -912,15 +912,21 @@ extern "C" void mf_trimul_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
     contract(blas, stream, 0, 1, s.a, s.b, s.t, N, Ch);
   else
     contract(blas, stream, 1, 0, s.a, s.b, s.t, N, Ch);
-  /* Δz = σ(g) ⊙ (LN_out(T)·W_zᵀ), optionally out += mask ⊙ Δz */
+  /* Δz = σ(g) ⊙ (LN_out(T)·W_zᵀ), optionally out += mask ⊙ Δz: variant 2 in one wgmma
+   * kernel over all rows (trimul_out_wg.cu) where it takes the shape, else per chunk */
+  const float *dmask = rd ? b.mask : NULL;
+  if (g_tri_variant == 2 && mf_trimul_out_wg_supported(C, Ch, ldm, out, s.t, b.sg, w->w_z, dmask)) {
+    mf_trimul_out_wg_cuda(out, s.mu_out, s.rs_out, s.t, ldm, w->ln_out_g, w->ln_out_b, w->w_z,
+                          b.sg, dmask, rd ? (int)rd->axis : 0, N, C, Ch, stream);
+    return;
+  }
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
     launch_ln_cm(b.y, s.mu_out, s.rs_out, s.t, w->ln_out_g, w->ln_out_b, M, ldm, r0, rows, Ch,
                  0, stream);
     mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, Ch, 1.0f, b.y, Ch, w->w_z, Ch, 0.0f, b.u,
                     MF_GEMM_OUT_F32, C);
-    launch_out_fwd(out, b.sg, b.u, rd ? b.mask : NULL, rd ? (int)rd->axis : 0, N, r0, rows, C,
-                   stream);
+    launch_out_fwd(out, b.sg, b.u, dmask, rd ? (int)rd->axis : 0, N, r0, rows, C, stream);
   }
 }
 
