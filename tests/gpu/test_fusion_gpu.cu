@@ -797,7 +797,7 @@ static void test_trimul(int N, int C, int Ch, int outgoing, int use_mask, int re
            outgoing ? "outgoing" : "incoming", N, C, Ch, use_mask ? " mask" : "",
            resdrop ? " +residual+dropout" : "", (long long)chunk, tvar);
   raw_set runs[2] = {};
-  const int64_t out_calls0 = mf_trimul_out_wg_calls();
+  const int64_t out_calls0 = mf_trimul_out_wg_calls(), bwd_calls0 = mf_trimul_out_bwd_wg_calls();
   for (int run = 0; run < 2; run++) {
     float *gd = to_f32(g0, np);
     mf_trimul_cuda_grads gg = {gd, gd + C, gd + o_cat, gd + o_lg, gd + o_lg + Ch, gd + o_lg + 2 * Ch};
@@ -828,9 +828,12 @@ static void test_trimul(int N, int C, int Ch, int outgoing, int use_mask, int re
                    (int64_t)C * Ch, TOL_TRIMUL_BWD);
   }
   end_runs(runs, what);
-  if (tvar == 2 && C == 128 && Ch == 128) /* the output side took the fused wgmma kernel */
+  if (tvar == 2 && C == 128 && Ch == 128) { /* the output side took the fused wgmma kernels */
     MF_TEST(mf_trimul_out_wg_calls() == out_calls0 + 2, "%s: trimul_out_wg ran %lld times, not 2",
             what, (long long)(mf_trimul_out_wg_calls() - out_calls0));
+    MF_TEST(mf_trimul_out_bwd_wg_calls() >= bwd_calls0 + 2, "%s: trimul_out_bwd_wg ran %lld times",
+            what, (long long)(mf_trimul_out_bwd_wg_calls() - bwd_calls0));
+  }
   free(pm);
   dev_free_all();
   mf_test_free_all();

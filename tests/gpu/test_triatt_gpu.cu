@@ -20,7 +20,8 @@
  * 768 (C = 128, H = 4, D = 32) are printed, not asserted, once per CTA order, with the
  * attention core alone on the same shapes for the breakdown (MF_TEST_NO_TIMING=1 skips the timings,
  * MF_TRIATT_BENCH_ONLY=1 runs only them; MF_TRIATT_BENCH_N=2048,3072 times those sizes
- * instead, in the default CTA order only). Needs a GPU. */
+ * instead, in the default CTA order only). MF_TRIATT_TEST_SMALL=1 runs two small shapes
+ * only (for compute-sanitizer). Needs a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,7 @@
 #include "ops/cuda/gemm_cuda.h"
 #include "ops/cuda/gpu.h"
 #include "ops/cuda/attention_cuda.h"
+#include "ops/cuda/ln_gemm_cuda.h"
 #include "ops/cuda/ln_linear_cuda.h"
 #include "ops/cuda/triatt_cuda.h"
 #include "ops/dropout.h"
@@ -175,6 +177,7 @@ static void test_triatt(int N, int C, int H, int D, int starting, int mask, int 
            rdp ? (axis == MF_DROPOUT_ROWWISE ? " +residual+rowdrop" : " +residual+coldrop") : "",
            alias ? " dz=dout" : "");
   raw_set runs[2] = {};
+  const int64_t proj_calls0 = mf_out_proj_wg_calls();
   double *h = mf_test_alloc(np > M * C ? np : M * C);
   for (int run = 0; run < 2; run++) {
     up_f32(gd, g0, np);
@@ -233,6 +236,9 @@ static void test_triatt(int N, int C, int H, int D, int starting, int mask, int 
     }
   }
   MF_TEST(raw_same(&runs[0], &runs[1]), "%s: two runs bit-identical", what);
+  if (C == 128 && HD == 128) /* the output projection took the fused wgmma kernel */
+    MF_TEST(mf_out_proj_wg_calls() == proj_calls0 + 2, "%s: out_proj_wg ran %lld times, not 2",
+            what, (long long)(mf_out_proj_wg_calls() - proj_calls0));
   raw_free(&runs[0]);
   raw_free(&runs[1]);
   free(pm);
@@ -367,6 +373,12 @@ int main(void) {
   mf_cuda_blas_create(&g_blas, 0);
   uint64_t s = 1000;
   const int RW = MF_DROPOUT_ROWWISE, CW = MF_DROPOUT_COLWISE;
+  if (getenv("MF_TRIATT_TEST_SMALL")) { /* a few small shapes (compute-sanitizer) */
+    test_triatt(33, 128, 4, 32, 1, 1, RW, 0, s += 20);
+    test_triatt(7, 128, 4, 32, 0, 0, -1, 0, s += 20);
+    mf_cuda_blas_destroy(&g_blas);
+    return mf_test_end();
+  }
   if (!getenv("MF_TRIATT_BENCH_ONLY")) {
     for (int st = 1; st >= 0; st--) {
       /* N, C, H, D, starting, mask, resdrop, alias */

@@ -101,7 +101,7 @@ void mf_ln_gemm_wg_gated_bwd_cuda(__nv_bfloat16 *out, int64_t ldo, const __nv_bf
 int mf_ln_gemm_wg_set_nwg(int nwg);
 
 /* The triangle multiplication's output side, forward, as one wgmma kernel
- * (trimul_out_wg.cu, sm_90a; C = Ch = 128, ldm % 8 == 0, ldm >= N², out, T, sg, w 16-byte
+ * (out_proj_wg.cu, sm_90a; C = Ch = 128, ldm % 8 == 0, ldm >= N², out, T, sg, w 16-byte
  * and mask 8-byte aligned): out (M, C) = sg ⊙ (LN(T)·wᵀ), or with mask (N, C) fp32
  * out += mask[b or a] ⊙ sg ⊙ (LN(T)·wᵀ) (axis MF_DROPOUT_ROWWISE: row b of m = a·N + b,
  * else a); T (Ch, ldm) channel-major, sg (M, C), w (C, Ch), gamma, beta (Ch) of the full
@@ -114,6 +114,32 @@ void mf_trimul_out_wg_cuda(__nv_bfloat16 *out, float *mean, float *rstd, const _
                            int axis, int N, int C, int Ch, cudaStream_t stream);
 /* How many times mf_trimul_out_wg_cuda launched its kernel. */
 int64_t mf_trimul_out_wg_calls(void);
+/* The backward's first step on rows [m_base, m_base + rows) (a chunk; m_base % 8 == 0),
+ * the same kernel with the saved statistics (out_proj_wg.cu): y = LN(T) rows, u = y·wᵀ,
+ * dd = dout (⊙ mask), s = σ(glb) ⇒ du = dd·s, dgl = dd·u·s(1 − s); y (Ch, ldy)
+ * channel-major (ldy % 8 == 0, ldy >= rows rounded up to 8), du and glb (rows, C), all
+ * three local to the chunk; dout and dgl (M, C), mean and rstd (M) read. */
+int mf_trimul_out_bwd_wg_supported(int C, int Ch, int64_t ldm, int64_t m_base, const void *du,
+                                   const void *dgl, const void *y, const void *T,
+                                   const void *dout, const void *glb, const void *w,
+                                   const void *mask);
+void mf_trimul_out_bwd_wg_cuda(__nv_bfloat16 *du, __nv_bfloat16 *dgl, __nv_bfloat16 *y,
+                               int64_t ldy, const float *mean, const float *rstd, const __nv_bfloat16 *T,
+                               int64_t ldm, const __nv_bfloat16 *gamma,
+                               const __nv_bfloat16 *beta, const __nv_bfloat16 *w,
+                               const __nv_bfloat16 *dout, const __nv_bfloat16 *glb,
+                               const float *mask, int axis, int N, int64_t m_base, int64_t rows,
+                               int C, int Ch, cudaStream_t stream);
+int64_t mf_trimul_out_bwd_wg_calls(void);
+/* The same kernel without the LayerNorm and the gate (out_proj_wg.cu; the triangle
+ * attention's output projection): out (M, C) = o·wᵀ, or with mask (N, C) out += mask[b or
+ * a] ⊙ (o·wᵀ); o (M, K) row-major, w (C, K), M = N²; K = C = 128, out, o, w 16-byte and
+ * mask 8-byte aligned. */
+int mf_out_proj_wg_supported(int K, int C, const void *out, const void *o, const void *w,
+                             const void *mask);
+void mf_out_proj_wg_cuda(__nv_bfloat16 *out, const __nv_bfloat16 *o, const __nv_bfloat16 *w,
+                         const float *mask, int axis, int N, int K, int C, cudaStream_t stream);
+int64_t mf_out_proj_wg_calls(void);
 
 int mf_transition_fused_supported(int C, int Hd, mf_ln_mode mode, const void *inp,
                                   const void *out, const void *w_ab, const void *w_o);

@@ -20,6 +20,7 @@
 
 #include "attention_cuda.h"
 #include "fusion_util.cuh"
+#include "ln_gemm_cuda.h"
 #include "ln_linear_cuda.h"
 
 /* ================================================================ kernels */
@@ -395,7 +396,13 @@ static void ta_forward(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
   const mf_attn_views vw = ta_views(N, H, D, starting);
   mf_attention_forward_strided_cuda(s.o, s.lse, b.P, b.P + HD, b.P + 2 * HD, b.bias, kmask,
                                     b.P + goff, ta_dims(N, H, D), &vw, stream);
-  /* Δz = o·W_oᵀ; out = Δz or out += mask ⊙ Δz */
+  /* Δz = o·W_oᵀ; out = Δz or out += mask ⊙ Δz: one wgmma kernel over all rows
+   * (out_proj_wg.cu) where it takes the shape (HD = C = 128), else per chunk */
+  const float *dmask = rd ? b.mask : NULL;
+  if (mf_out_proj_wg_supported(HD, C, out, s.o, w->w_o, dmask)) {
+    mf_out_proj_wg_cuda(out, s.o, w->w_o, dmask, rd ? (int)rd->axis : 0, N, HD, C, stream);
+    return;
+  }
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
     if (rd) {

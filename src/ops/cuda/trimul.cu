@@ -805,7 +805,7 @@ static size_t ws_carve(tri_ws *w, void *base, int N, int C, int Ch) {
   mf_carver cv = {(char *)base, 0};
   w->xh = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
   w->P = (bf16 *)mf_carve(&cv, (size_t)R * (4 * Ch + C) * sizeof(bf16));
-  w->y = (bf16 *)mf_carve(&cv, (size_t)R * Ch * sizeof(bf16));
+  w->y = (bf16 *)mf_carve(&cv, (size_t)tri_ldm(R) * Ch * sizeof(bf16)); /* (R, Ch) or (Ch, ldm(R)) */
   w->u = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
   w->gl = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
   w->du = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
@@ -913,7 +913,7 @@ extern "C" void mf_trimul_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
   else
     contract(blas, stream, 1, 0, s.a, s.b, s.t, N, Ch);
   /* Δz = σ(g) ⊙ (LN_out(T)·W_zᵀ), optionally out += mask ⊙ Δz: variant 2 in one wgmma
-   * kernel over all rows (trimul_out_wg.cu) where it takes the shape, else per chunk */
+   * kernel over all rows (out_proj_wg.cu) where it takes the shape, else per chunk */
   const float *dmask = rd ? b.mask : NULL;
   if (g_tri_variant == 2 && mf_trimul_out_wg_supported(C, Ch, ldm, out, s.t, b.sg, w->w_z, dmask)) {
     mf_trimul_out_wg_cuda(out, s.mu_out, s.rs_out, s.t, ldm, w->ln_out_g, w->ln_out_b, w->w_z,
@@ -982,13 +982,28 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
       mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, C, 1.0f, b.xh, C, w_g, C, 0.0f, b.gl,
                       MF_GEMM_OUT_F32, C);
     }
-    launch_ln_cm(b.y, s.mu_out, s.rs_out, s.t, w->ln_out_g, w->ln_out_b, M, ldm, r0, rows, Ch,
-                 1, stream);
-    mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, Ch, 1.0f, b.y, Ch, w->w_z, Ch, 0.0f, b.u,
-                    MF_GEMM_OUT_F32, C);
-    launch_out_bwd(b.du, dgl, dout, fused_gate_bwd ? NULL : b.gl, glb, b.u, rd ? b.mask : NULL,
-                   rd ? (int)rd->axis : 0, N, r0, rows, C, stream);
-    if (G(w_z))
+    const float *dmask = rd ? b.mask : NULL;
+    int y_cm = 0; /* y channel-major (Ch, ldm(R)) from the fused kernel, else rows (R, Ch) */
+    if (fused_gate_bwd && mf_trimul_out_bwd_wg_supported(C, Ch, ldm, r0, b.du, dgl, b.y, s.t, dout,
+                                                         glb, w->w_z, dmask)) {
+      /* y, u = y·W_zᵀ and the gate backward in one wgmma kernel (out_proj_wg.cu): u never
+       * goes to HBM */
+      mf_trimul_out_bwd_wg_cuda(b.du, dgl, b.y, tri_ldm(R), s.mu_out, s.rs_out, s.t, ldm,
+                                w->ln_out_g, w->ln_out_b, w->w_z, dout, glb, dmask,
+                                rd ? (int)rd->axis : 0, N, r0, rows, C, Ch, stream);
+      y_cm = 1;
+    } else {
+      launch_ln_cm(b.y, s.mu_out, s.rs_out, s.t, w->ln_out_g, w->ln_out_b, M, ldm, r0, rows, Ch,
+                   1, stream);
+      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, Ch, 1.0f, b.y, Ch, w->w_z, Ch, 0.0f, b.u,
+                      MF_GEMM_OUT_F32, C);
+      launch_out_bwd(b.du, dgl, dout, fused_gate_bwd ? NULL : b.gl, glb, b.u, dmask,
+                     rd ? (int)rd->axis : 0, N, r0, rows, C, stream);
+    }
+    if (G(w_z) && y_cm) /* dW_z += duᵀ·y with y stored transposed */
+      mf_gemm_rm_cuda(blas, stream, 1, 1, C, Ch, rows, 1.0f, b.du, C, b.y, tri_ldm(R), 1.0f,
+                      G(w_z), MF_GEMM_OUT_F32, Ch);
+    else if (G(w_z))
       mf_gemm_rm_cuda(blas, stream, 1, 0, C, Ch, rows, 1.0f, b.du, C, b.y, Ch, 1.0f, G(w_z),
                       MF_GEMM_OUT_F32, Ch);
     if (dw_g && !fused_gate_bwd) /* variant 2: in phase 3 with dW_cat */
