@@ -15,8 +15,9 @@
  * picks the sizes, MF_TEST_NO_TIMING=1 skips the timings), and the time of the unfused
  * alternative's first half (mf_ln_linear_forward_cuda with O = H over N² rows) and of the
  * attention alone, with the module's bias layout (rows of NB) and with a dense (H, N, N)
- * bias (rows of N: off the 16-byte grid when N % 8 != 0). Both pair-kernel variants
- * (mf_apb_cuda_set_variant) are checked and timed. Needs a GPU. */
+ * bias (rows of N: off the 16-byte grid when N % 8 != 0). The three pair-kernel variants
+ * (mf_apb_cuda_set_variant) are checked (0 and 2 timed). MF_APB_TEST_SMALL=1 runs two small
+ * shapes only (for compute-sanitizer). Needs a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,7 +180,7 @@ static void test_apb(int N, int Cs, int Cz, int H, int D, mask_kind mk, int accu
   memcpy(gref, gflat, (size_t)np * sizeof(double));
   const int default_variant = mf_apb_cuda_set_variant(0);
   raw_set first = {};
-  for (int variant = 0; variant < 2; variant++) {
+  for (int variant = 0; variant < 3; variant++) {
     mf_apb_cuda_set_variant(variant);
     memcpy(gflat, gref, (size_t)np * sizeof(double));
     snprintf(what, sizeof what,
@@ -240,7 +241,7 @@ static void test_apb(int N, int Cs, int Cz, int H, int D, mask_kind mk, int accu
     if (variant == 0)
       first = runs[0];
     else
-      printf("  variants 0 and 1 give %s results\n",
+      printf("  variants 0 and %d give %s results\n", variant,
              raw_same(&first, &runs[0]) ? "bit-identical" : "different (rounding-level)");
     if (variant) raw_free(&runs[0]);
     raw_free(&runs[1]);
@@ -320,7 +321,7 @@ static void bench(int N) {
   float ms[9];
   const int default_variant = mf_apb_cuda_set_variant(0);
   for (int which = 0; which < 9; which++) {
-    if (which == 5) mf_apb_cuda_set_variant(1);
+    if (which == 5) mf_apb_cuda_set_variant(default_variant);
     for (int rep = 0; rep < 7; rep++) {
       if (rep == 2) MF_CHECK_CUDA(cudaEventRecord(e0, 0));
       if (which == 0 || which == 5)
@@ -344,7 +345,7 @@ static void bench(int N) {
     ms[which] /= 5;
   }
   mf_apb_cuda_set_variant(default_variant);
-  printf("bench apb N=%d Cs=%d Cz=%d H=%d D=%d: variant 1 (pipelined pair kernels): forward %.3f ms, "
+  printf("bench apb N=%d Cs=%d Cz=%d H=%d D=%d: the default variant (2: the tensor-core pair backward): forward %.3f ms, "
          "backward %.3f ms; variant 0: forward %.3f ms, backward %.3f ms; the attention alone, "
          "bias rows of NB=%d (the module's): forward %.3f ms, backward %.3f ms; dense bias rows "
          "of N: forward %.3f ms, backward %.3f ms; the unfused LN_z+GEMM with O=H alone, no "
@@ -360,6 +361,12 @@ int main(void) {
   if (!gpu_test_begin("test_apb_gpu")) return mf_test_end();
   mf_cuda_blas_create(&g_blas, 0);
   uint64_t sd = 500;
+  if (getenv("MF_APB_TEST_SMALL")) { /* two small shapes (compute-sanitizer) */
+    test_apb(33, 384, 128, 16, 24, MASK_SOME, 0, 1, 0, sd += 40);
+    test_apb(9, 64, 128, 4, 16, MASK_SOME, 1, 0, 0, sd += 40);
+    mf_cuda_blas_destroy(&g_blas);
+    return mf_test_end();
+  }
   /* AF3 trunk shape */
   test_apb(1, 384, 128, 16, 24, MASK_NONE, 0, 0, 0, sd += 40);
   test_apb(7, 384, 128, 16, 24, MASK_SOME, 1, 1, 0, sd += 40);
@@ -380,6 +387,8 @@ int main(void) {
   test_apb(37, 384, 128, 16, 24, MASK_NONE, 0, 1, 0, sd += 40);
   test_apb(130, 384, 128, 16, 24, MASK_SOME, 1, 0, 0, sd += 40);
   test_apb(64, 32, 16, 2, 16, MASK_SOME, 1, 0, 0, sd += 40);
+  /* Cz = 128 with H < 16 (the tensor-core backward's zero heads), N % 8 = 3 */
+  test_apb(67, 64, 128, 4, 16, MASK_SOME, 1, 0, 0, sd += 40);
 
   if (getenv("MF_APB_BENCH_N")) { /* e.g. "766,768": the sizes to time */
     for (const char *c = getenv("MF_APB_BENCH_N"); *c;) {

@@ -24,9 +24,11 @@
  * than at 2048, H200). The forward kernels zero the padding columns N .. NB − 1 (never read
  * for a logit); the attention never writes those of dbias, and the backward kernels never
  * read them.
- * Two variants of the pair kernels (mf_apb_cuda_set_variant): 1 (default) stages each
- * block's tile of 64 rows of z (and dz) in shared memory, double-buffered with cp.async, so
- * a whole tile of loads is in flight; 0 lets each warp load its own rows (portable).
+ * Three variants of the pair kernels (mf_apb_cuda_set_variant): 1 stages each block's tile
+ * of 64 rows of z (and dz) in shared memory, double-buffered with cp.async, so a whole tile
+ * of loads is in flight; 0 lets each warp load its own rows (portable); 2 (the default) is
+ * 1 with the backward's products on the tensor cores where Cz = 128, H <= 16
+ * (apb_bias_bwd_mma_kernel).
  * Pair-kernel limits: Cz <= 128 and H <= 16 (the row and W_z live in registers).
  * Not the CPU reference, not the conditioned (AdaLN) variant. */
 #include "attn_pair_bias_cuda.h"
@@ -36,6 +38,7 @@
 #include "attention_cuda.h"
 #include "fusion_util.cuh"
 #include "ln_linear_cuda.h"
+#include "mma_ptx.cuh"
 
 #define APB_WARPS 8
 #define APB_THREADS (APB_WARPS * MF_WARP_SIZE)
@@ -526,6 +529,298 @@ apb_bias_bwd_pipe_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
   for (int j = threadIdx.x; j < P; j += blockDim.x) part[(int64_t)blockIdx.x * P + j] = red[j];
 }
 
+/* ---------------------------------------------------------------- tensor-core backward
+ * apb_bias_bwd_mma_kernel: the pair backward of apb_bias_bwd_pipe_kernel for Cz = 128,
+ * H <= 16 (variant 2, the default where it applies), with its products on mma.sync
+ * m16n8k16 (bf16 in, fp32 accumulate) instead of 3·H FMAs per channel and row on the CUDA
+ * cores (that kernel took 0.75 ms of the block's backward at N = 768, H200, ncu
+ * 2026-11-30). As in ln_linear_bwd_wg.cu it never sums dy over rows: with ẑ = x̂·γ + β,
+ *   G (H × Cz) = dbiasᵀ·x̂,  S (H) = Σ_rows dbias  ⇒  dW = γ ⊙ G + β ⊗ S,
+ *   dγ = Σ_h W ⊙ G,  dβ = Σ_h W·S  (= Σ dy·x̂ and Σ dy, dy = dbias·W).
+ * Per 64-row tile, 8 warps:
+ *   1. the dbias tile as bf16 db [h][r] (heads past H zero), from registers prefetched
+ *      during the previous tile (each thread adds its 4 values to its S partials); z (and
+ *      dz) tiles arrive by cp.async one tile ahead;
+ *   2. LN statistics, warp per 8 rows (two-pass warp sums, the 8 rows unrolled so that
+ *      their shuffle chains interleave), x̂ in bf16 into xb [r][c];
+ *   3. dy (64 × 128) = dbias·W: warp w takes rows 16·(w & 3).., channels 64·(w >> 2)..,
+ *      A from db by ldmatrix.trans, B = W fragments in registers (loaded once);
+ *   4. the LayerNorm backward on the dy fragments (x̂ recomputed in fp32 from the z tile):
+ *      Σ dy·γ and Σ dy·γ·x̂ per row over the quad, then across the two channel halves
+ *      through shared memory (half 0 + half 1), dz += rstd·(dy·γ − mean − x̂·mean) into the
+ *      dz tile, stored coalesced;
+ *   5. G += dbiasᵀ·x̂: warp w takes channels 16w.., A = db by ldmatrix, B = xb by
+ *      ldmatrix.trans, accumulated over the CTA's tiles in registers.
+ * part[block] gets the same [dW (H·Cz) | dγ (Cz) | dβ (Cz)] as the other variants, each
+ * entry a fixed-order sum: deterministic. Numerics: G from bf16 x̂ (the other kernels sum
+ * fp32 products per row), dy exact products of bf16 inputs in fp32. */
+#define AM_C 128
+#define AM_HG 16
+#define AM_ZP (AM_C + 8) /* z, dz, x̂ tile pitch (elements): conflict-free fragment and ldmatrix rows */
+#define AM_DP (APB_TR + 8) /* db pitch */
+#define AM_DBN (AM_HG * APB_TR / APB_THREADS) /* dbias values per thread and tile */
+#define AM_SMEM ((size_t)(5 * APB_TR * AM_ZP + AM_HG * AM_DP) * 2 + \
+                 (size_t)(2 * APB_TR + 4 * APB_TR + 2 * AM_C + APB_THREADS * AM_DBN + AM_HG) * 4)
+
+static __device__ __forceinline__ void am_tile_issue(bf16 *dst, const bf16 *__restrict__ src, int rows) {
+  for (int idx = threadIdx.x; idx < rows * (AM_C / 8); idx += APB_THREADS) {
+    const int r = idx >> 4, q = idx & 15;
+    apb_cp16(dst + r * AM_ZP + q * 8, src + (int64_t)r * AM_C + q * 8);
+  }
+}
+
+static __global__ void __launch_bounds__(APB_THREADS, 2)
+apb_bias_bwd_mma_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
+                        const bf16 *__restrict__ dbias, const bf16 *__restrict__ z,
+                        const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
+                        const bf16 *__restrict__ w, int N, int H) {
+  /* dz, z (M, 128); dbias (H, N, NB); w (H, 128); part (gridDim.x, H·128 + 256) */
+  const int64_t M = (int64_t)N * N;
+  constexpr int DBN = AM_DBN;
+  extern __shared__ __align__(16) unsigned char apb_sm[];
+  bf16 *zt = (bf16 *)apb_sm;                 /* (2, APB_TR, AM_ZP) */
+  bf16 *dzt = zt + 2 * APB_TR * AM_ZP;       /* (2, APB_TR, AM_ZP) */
+  bf16 *xb = dzt + 2 * APB_TR * AM_ZP;       /* (APB_TR, AM_ZP) x̂ */
+  bf16 *db = xb + APB_TR * AM_ZP;            /* (AM_HG, AM_DP) dbias tile [h][r] */
+  float *st = (float *)(db + AM_HG * AM_DP); /* (2, APB_TR): μ, rstd */
+  float *xs = st + 2 * APB_TR;               /* (2 halves, APB_TR, 2): Σ dy·γ, Σ dy·γ·x̂ */
+  float *gs = xs + 4 * APB_TR;               /* (2, AM_C): γ, β */
+  float *ss = gs + 2 * AM_C;                 /* (APB_THREADS, DBN): the threads' S partials */
+  float *sh = ss + APB_THREADS * DBN;        /* (AM_HG): S */
+  const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+  const int g = lane >> 2, tq = lane & 3, mt = wp & 3, nh = wp >> 2;
+
+  for (int c = threadIdx.x; c < AM_C; c += APB_THREADS) {
+    gs[c] = mf_bf16_to_f32(gamma[c]);
+    gs[AM_C + c] = mf_bf16_to_f32(beta[c]);
+  }
+  /* W fragments (B of dy = dbias·W: k = head, n = channel): n-tile j covers channels
+   * 64·nh + 8j .. ; b0 = W[2tq, 2tq+1][c], b1 = W[2tq+8, 2tq+9][c], c = 64·nh + 8j + g */
+  uint32_t wb[8][2];
+#pragma unroll
+  for (int j = 0; j < 8; j++) {
+    const int c = 64 * nh + 8 * j + g;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+      const int h0 = 2 * tq + 8 * hf;
+      const bf16 lo = h0 < H ? w[(int64_t)h0 * AM_C + c] : mf_f32_to_bf16(0.0f);
+      const bf16 hi = h0 + 1 < H ? w[(int64_t)(h0 + 1) * AM_C + c] : mf_f32_to_bf16(0.0f);
+      wb[j][hf] = (uint32_t)__bfloat16_as_ushort(lo) | ((uint32_t)__bfloat16_as_ushort(hi) << 16);
+    }
+  }
+  float ga[2][4], sp[DBN]; /* G fragments; S partials of heads threadIdx / 64 + 4k */
+#pragma unroll
+  for (int j = 0; j < 2; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) ga[j][e] = 0.0f;
+#pragma unroll
+  for (int k = 0; k < DBN; k++) sp[k] = 0.0f;
+
+  const int64_t ntiles = (M + APB_TR - 1) / APB_TR;
+  bf16 dbp[DBN];
+  int64_t t = blockIdx.x;
+  if (t < ntiles) {
+    const int64_t m0 = t * APB_TR;
+    const int nr = (int)(M - m0 < APB_TR ? M - m0 : APB_TR);
+    am_tile_issue(zt, z + m0 * AM_C, nr);
+    if (dz) am_tile_issue(dzt, dz + m0 * AM_C, nr);
+    apb_cp_commit();
+    const int64_t i0 = m0 / N;
+    const int j0 = (int)(m0 - i0 * N);
+#pragma unroll
+    for (int k = 0; k < DBN; k++) {
+      const int idx = threadIdx.x + k * APB_THREADS, h = idx / APB_TR, r = idx - h * APB_TR;
+      dbp[k] = (h < H && r < nr) ? dbias[apb_bias_off(h, i0, j0, r, N)] : mf_f32_to_bf16(0.0f);
+    }
+  }
+  __syncthreads(); /* γ, β */
+  for (int buf = 0; t < ntiles; t += gridDim.x, buf ^= 1) {
+    const int64_t m0 = t * APB_TR;
+    const int nr = (int)(M - m0 < APB_TR ? M - m0 : APB_TR);
+    bf16 *zb = zt + buf * APB_TR * AM_ZP, *dzb = dzt + buf * APB_TR * AM_ZP;
+    /* 1. the dbias tile; this tile's z, dz landed */
+#pragma unroll
+    for (int k = 0; k < DBN; k++) {
+      const int idx = threadIdx.x + k * APB_THREADS, h = idx / APB_TR, r = idx - h * APB_TR;
+      db[h * AM_DP + r] = dbp[k];
+      sp[k] += mf_bf16_to_f32(dbp[k]);
+    }
+    apb_cp_wait_all();
+    __syncthreads(); /* (A) */
+    const int64_t tn = t + gridDim.x;
+    if (tn < ntiles) { /* the next tile's loads */
+      const int64_t mn = tn * APB_TR;
+      const int nn = (int)(M - mn < APB_TR ? M - mn : APB_TR);
+      am_tile_issue(zt + (buf ^ 1) * APB_TR * AM_ZP, z + mn * AM_C, nn);
+      if (dz) am_tile_issue(dzt + (buf ^ 1) * APB_TR * AM_ZP, dz + mn * AM_C, nn);
+      apb_cp_commit();
+      const int64_t i0 = mn / N;
+      const int j0 = (int)(mn - i0 * N);
+#pragma unroll
+      for (int k = 0; k < DBN; k++) {
+        const int idx = threadIdx.x + k * APB_THREADS, h = idx / APB_TR, r = idx - h * APB_TR;
+        dbp[k] = (h < H && r < nn) ? dbias[apb_bias_off(h, i0, j0, r, N)] : mf_f32_to_bf16(0.0f);
+      }
+    }
+    /* 2. statistics and x̂, rows 8·wp .. 8·wp + 7 (rows past nr: zeros) */
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      const int r = 8 * wp + k;
+      float x[4];
+      const uint2 u = *(const uint2 *)(zb + r * AM_ZP + 4 * lane);
+      const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
+      x[0] = __low2float(h2[0]);
+      x[1] = __high2float(h2[0]);
+      x[2] = __low2float(h2[1]);
+      x[3] = __high2float(h2[1]);
+      if (r >= nr) x[0] = x[1] = x[2] = x[3] = 0.0f;
+      const float mu = mf_warp_sum(x[0] + x[1] + x[2] + x[3]) * (1.0f / AM_C);
+      float q = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 4; i++) q += (x[i] - mu) * (x[i] - mu);
+      const float rs = 1.0f / sqrtf(mf_warp_sum(q) * (1.0f / AM_C) + (float)MF_LN_EPS);
+      if (lane == 0) {
+        st[r] = mu;
+        st[APB_TR + r] = rs;
+      }
+      uint2 o;
+      __nv_bfloat162 *o2 = (__nv_bfloat162 *)&o;
+      o2[0] = __floats2bfloat162_rn((x[0] - mu) * rs, (x[1] - mu) * rs);
+      o2[1] = __floats2bfloat162_rn((x[2] - mu) * rs, (x[3] - mu) * rs);
+      *(uint2 *)(xb + r * AM_ZP + 4 * lane) = o;
+    }
+    __syncthreads(); /* (B) db, xb, statistics */
+
+    /* 3. dy: rows 16·mt + g (+8), channels 64·nh + 8j + 2·tq (+1) */
+    float dy[8][4];
+    {
+      uint32_t a[4];
+      const int q = lane >> 3, i = lane & 7; /* ldmatrix.trans: matrix q, row i */
+      mf_ldsm_x4_t(a, mf_smem_u32(db + (i + 8 * (q >> 1)) * AM_DP + 16 * mt + 8 * (q & 1)));
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        dy[j][0] = dy[j][1] = dy[j][2] = dy[j][3] = 0.0f;
+        mf_mma_bf16(dy[j], a, wb[j][0], wb[j][1]);
+      }
+    }
+    /* 4. the LayerNorm backward: dy ← dy·γ, row sums of it and of it·x̂ */
+    const int r_lo = 16 * mt + g, r_hi = r_lo + 8;
+    const float mu_lo = st[r_lo], rs_lo = st[APB_TR + r_lo];
+    const float mu_hi = st[r_hi], rs_hi = st[APB_TR + r_hi];
+    float sa_lo = 0.0f, sb_lo = 0.0f, sa_hi = 0.0f, sb_hi = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int c = 64 * nh + 8 * j + 2 * tq;
+      const __nv_bfloat162 zl = *(const __nv_bfloat162 *)(zb + r_lo * AM_ZP + c);
+      const __nv_bfloat162 zu = *(const __nv_bfloat162 *)(zb + r_hi * AM_ZP + c);
+      const float x0 = (__low2float(zl) - mu_lo) * rs_lo, x1 = (__high2float(zl) - mu_lo) * rs_lo;
+      const float x2 = (__low2float(zu) - mu_hi) * rs_hi, x3 = (__high2float(zu) - mu_hi) * rs_hi;
+      const float g0 = gs[c], g1 = gs[c + 1];
+      dy[j][0] *= g0;
+      dy[j][1] *= g1;
+      dy[j][2] *= g0;
+      dy[j][3] *= g1;
+      sa_lo += dy[j][0] + dy[j][1];
+      sb_lo += dy[j][0] * x0 + dy[j][1] * x1;
+      sa_hi += dy[j][2] + dy[j][3];
+      sb_hi += dy[j][2] * x2 + dy[j][3] * x3;
+    }
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+      sa_lo += __shfl_xor_sync(0xffffffffu, sa_lo, o);
+      sb_lo += __shfl_xor_sync(0xffffffffu, sb_lo, o);
+      sa_hi += __shfl_xor_sync(0xffffffffu, sa_hi, o);
+      sb_hi += __shfl_xor_sync(0xffffffffu, sb_hi, o);
+    }
+    if (tq == 0) {
+      xs[(nh * APB_TR + r_lo) * 2] = sa_lo;
+      xs[(nh * APB_TR + r_lo) * 2 + 1] = sb_lo;
+      xs[(nh * APB_TR + r_hi) * 2] = sa_hi;
+      xs[(nh * APB_TR + r_hi) * 2 + 1] = sb_hi;
+    }
+    __syncthreads(); /* (C) */
+    if (dz) {
+      const float ma_lo = (xs[r_lo * 2] + xs[(APB_TR + r_lo) * 2]) * (1.0f / AM_C);
+      const float mb_lo = (xs[r_lo * 2 + 1] + xs[(APB_TR + r_lo) * 2 + 1]) * (1.0f / AM_C);
+      const float ma_hi = (xs[r_hi * 2] + xs[(APB_TR + r_hi) * 2]) * (1.0f / AM_C);
+      const float mb_hi = (xs[r_hi * 2 + 1] + xs[(APB_TR + r_hi) * 2 + 1]) * (1.0f / AM_C);
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        const int c = 64 * nh + 8 * j + 2 * tq;
+        const __nv_bfloat162 zl = *(const __nv_bfloat162 *)(zb + r_lo * AM_ZP + c);
+        const __nv_bfloat162 zu = *(const __nv_bfloat162 *)(zb + r_hi * AM_ZP + c);
+        __nv_bfloat162 *pl = (__nv_bfloat162 *)(dzb + r_lo * AM_ZP + c);
+        __nv_bfloat162 *pu = (__nv_bfloat162 *)(dzb + r_hi * AM_ZP + c);
+        const __nv_bfloat162 ol = *pl, ou = *pu;
+        *pl = __floats2bfloat162_rn(
+            __low2float(ol) + rs_lo * (dy[j][0] - ma_lo - (__low2float(zl) - mu_lo) * rs_lo * mb_lo),
+            __high2float(ol) + rs_lo * (dy[j][1] - ma_lo - (__high2float(zl) - mu_lo) * rs_lo * mb_lo));
+        *pu = __floats2bfloat162_rn(
+            __low2float(ou) + rs_hi * (dy[j][2] - ma_hi - (__low2float(zu) - mu_hi) * rs_hi * mb_hi),
+            __high2float(ou) + rs_hi * (dy[j][3] - ma_hi - (__high2float(zu) - mu_hi) * rs_hi * mb_hi));
+      }
+    }
+    /* 5. G += dbiasᵀ·x̂: heads g (+8), channels 16·wp + 8j + 2·tq (+1) */
+#pragma unroll
+    for (int ks = 0; ks < APB_TR / 16; ks++) {
+      uint32_t a[4], b[4];
+      const int q = lane >> 3, i = lane & 7;
+      mf_ldsm_x4(a, mf_smem_u32(db + (i + 8 * (q & 1)) * AM_DP + 16 * ks + 8 * (q >> 1)));
+      mf_ldsm_x4_t(b, mf_smem_u32(xb + (16 * ks + i + 8 * (q & 1)) * AM_ZP + 16 * wp + 8 * (q >> 1)));
+      mf_mma_bf16(ga[0], a, b[0], b[1]);
+      mf_mma_bf16(ga[1], a, b[2], b[3]);
+    }
+    __syncthreads(); /* (D) the dz tile complete; db, xb read */
+    if (dz)
+      for (int idx = threadIdx.x; idx < nr * (AM_C / 8); idx += APB_THREADS) {
+        const int r = idx >> 4, q = idx & 15;
+        *(uint4 *)(dz + (m0 + r) * AM_C + q * 8) = *(const uint4 *)(dzb + r * AM_ZP + q * 8);
+      }
+  }
+  apb_cp_wait_all();
+
+  /* S: head h = threadIdx / 64 + 4k is partial k of threads 64·(h % 4) .. + 63, summed in
+   * thread order */
+#pragma unroll
+  for (int k = 0; k < DBN; k++) ss[threadIdx.x * DBN + k] = sp[k];
+  __syncthreads();
+  if (threadIdx.x < AM_HG) {
+    const int h = threadIdx.x, grp = h % (APB_THREADS / APB_TR), k = h / (APB_THREADS / APB_TR);
+    float sum = 0.0f;
+    for (int th = 0; th < APB_TR; th++) sum += ss[(grp * APB_TR + th) * DBN + k];
+    sh[h] = sum;
+  }
+  __syncthreads();
+  /* part: dW = γ ⊙ G + β ⊗ S from the fragments (each (h, c) in one thread); dγ = Σ_h W ⊙ G
+   * over the fragment's two heads, then the 8 head-lanes; dβ = Σ_h W·S */
+  const int P = H * AM_C + 2 * AM_C;
+  float *pp = part + (int64_t)blockIdx.x * P;
+#pragma unroll
+  for (int j = 0; j < 2; j++)
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const int c = 16 * wp + 8 * j + 2 * tq + e;
+      float dg = 0.0f;
+#pragma unroll
+      for (int hh = 0; hh < 2; hh++) {
+        const int h = g + 8 * hh;
+        const float G = ga[j][2 * hh + e];
+        if (h < H) {
+          pp[h * AM_C + c] = gs[c] * G + gs[AM_C + c] * sh[h];
+          dg += mf_bf16_to_f32(w[(int64_t)h * AM_C + c]) * G;
+        }
+      }
+#pragma unroll
+      for (int o = 4; o <= 16; o <<= 1) dg += __shfl_xor_sync(0xffffffffu, dg, o);
+      if (g == 0) pp[H * AM_C + c] = dg;
+    }
+  for (int c = threadIdx.x; c < AM_C; c += APB_THREADS) {
+    float s = 0.0f;
+    for (int h = 0; h < H; h++) s += mf_bf16_to_f32(w[(int64_t)h * AM_C + c]) * sh[h];
+    pp[H * AM_C + AM_C + c] = s;
+  }
+}
+
 /* dw (H·Cz), dg (Cz), db (Cz) += Σ_p part[p] in order p = 0..parts−1; any may be NULL. */
 static __global__ void apb_part_reduce_kernel(float *__restrict__ dw, float *__restrict__ dg,
                                               float *__restrict__ db, const float *__restrict__ part,
@@ -631,10 +926,12 @@ static int bwd_blocks(int N) {
   return (int)(t < APB_BWD_MAX_BLOCKS ? t : APB_BWD_MAX_BLOCKS);
 }
 
-static int g_variant = 1; /* 1: pipelined tiles (default), 0: per-warp row loads */
+/* 2: the tensor-core pair backward where it applies (Cz = 128, H <= 16; the default), else
+ * as 1; 1: pipelined tiles; 0: per-warp row loads */
+static int g_variant = 2;
 
 extern "C" int mf_apb_cuda_set_variant(int variant) {
-  MF_ASSERT(variant == 0 || variant == 1, "apb_cuda variant %d", variant);
+  MF_ASSERT(variant >= 0 && variant <= 2, "apb_cuda variant %d", variant);
   const int old = g_variant;
   g_variant = variant;
   return old;
@@ -675,7 +972,10 @@ static void launch_bias_fwd(bf16 *bias, const bf16 *z, const mf_apb_cuda_weights
 static void launch_bias_bwd(bf16 *dz, float *part, const bf16 *dbias, const bf16 *z,
                             const mf_apb_cuda_weights *w, int N, int Cz, int H, cudaStream_t s) {
   const unsigned blocks = (unsigned)bwd_blocks(N);
-  if (g_variant == 0) {
+  if (g_variant == 2 && Cz == AM_C && H <= AM_HG && aligned16(z) && (!dz || aligned16(dz))) {
+    apb_go(apb_bias_bwd_mma_kernel, blocks, AM_SMEM, s, dz, part, dbias, z, w->ln_z_g, w->ln_z_b,
+           w->w_z, N, H);
+  } else if (g_variant == 0) {
     const size_t smem = (size_t)(H * Cz + 2 * Cz) * sizeof(float);
     APB_DISPATCH((apb_bias_bwd_kernel<V_, CG_, HG_><<<blocks, APB_THREADS, smem, s>>>(
         dz, part, dbias, z, w->ln_z_g, w->ln_z_b, w->w_z, N, Cz, H)));

@@ -80,10 +80,12 @@ void mf_apb_backward_cuda(__nv_bfloat16 *ds, __nv_bfloat16 *dz, const mf_apb_cud
                           int accumulate_ds, void *ws, size_t ws_bytes,
                           const mf_cuda_blas *blas, cudaStream_t stream);
 
-/* Pair-kernel variant for the tests and the benchmark: 1 = the block's tile of z (and dz)
- * rows staged in shared memory, double-buffered with cp.async (the default); 0 = each
- * warp loads its rows itself (no architecture-specific instructions). Same results up to
- * fp32 rounding order (none: the two do the same arithmetic in the same order). Returns
+/* Pair-kernel variant for the tests and the benchmark: 2 (the default) = as 1, with the
+ * backward on the tensor cores (mma.sync, apb_bias_bwd_mma_kernel) where Cz = 128 and
+ * H <= 16; 1 = the block's tile of z (and dz) rows staged in shared memory,
+ * double-buffered with cp.async; 0 = each warp loads its rows itself (no
+ * architecture-specific instructions). 0 and 1 do the same arithmetic in the same order
+ * (bit-identical); 2's backward rounds differently (its dW comes from bf16 x̂). Returns
  * the previous variant. */
 int mf_apb_cuda_set_variant(int variant);
 
