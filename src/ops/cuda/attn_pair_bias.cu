@@ -569,6 +569,119 @@ static __device__ __forceinline__ void am_tile_issue(bf16 *dst, const bf16 *__re
   }
 }
 
+/* LayerNorm of the tile's rows 8·wp .. 8·wp + 7 (a warp each, 4 channels per lane; the 8
+ * rows unrolled so that their shuffle chains interleave): into xo (APB_TR, AM_ZP) bf16 x̂ =
+ * (z − μ)·rstd, or x̂·γ + β when gl (the lane's 4 γ, β in gl, bl) is given; μ, rstd into st
+ * (2, APB_TR) when st is not NULL. Rows past nr are zeros (their statistics are never used). */
+static __device__ __forceinline__ void am_ln_rows(bf16 *xo, float *st, const bf16 *zb,
+                                                  const float *gl, const float *bl, int nr,
+                                                  int wp, int lane) {
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const int r = 8 * wp + k;
+    float x[4];
+    const uint2 u = *(const uint2 *)(zb + r * AM_ZP + 4 * lane);
+    const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
+    x[0] = __low2float(h2[0]);
+    x[1] = __high2float(h2[0]);
+    x[2] = __low2float(h2[1]);
+    x[3] = __high2float(h2[1]);
+    if (r >= nr) x[0] = x[1] = x[2] = x[3] = 0.0f;
+    const float mu = mf_warp_sum(x[0] + x[1] + x[2] + x[3]) * (1.0f / AM_C);
+    float q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) q += (x[i] - mu) * (x[i] - mu);
+    const float rs = 1.0f / sqrtf(mf_warp_sum(q) * (1.0f / AM_C) + (float)MF_LN_EPS);
+    if (st && lane == 0) {
+      st[r] = mu;
+      st[APB_TR + r] = rs;
+    }
+    float y[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) y[i] = gl ? (x[i] - mu) * rs * gl[i] + bl[i] : (x[i] - mu) * rs;
+    uint2 o;
+    __nv_bfloat162 *o2 = (__nv_bfloat162 *)&o;
+    o2[0] = __floats2bfloat162_rn(y[0], y[1]);
+    o2[1] = __floats2bfloat162_rn(y[2], y[3]);
+    if (r >= nr) o.x = o.y = 0u;
+    *(uint2 *)(xo + r * AM_ZP + 4 * lane) = o;
+  }
+}
+
+/* The pair forward on the tensor cores (variant 2 where Cz = 128, H <= 16): per 64-row tile,
+ * z rows by cp.async one tile ahead, ẑ = LN(z)·γ + β in bf16 (am_ln_rows), then bias
+ * (64 × 16) = ẑ·Wᵀ by mma.sync — warp w takes rows 16·(w & 3).., heads 8·(w >> 2).., 8
+ * k-steps, A = ẑ by ldmatrix, B = W rows from registers (loaded once) — staged in fp32 and
+ * stored transposed as apb_bias_fwd_pipe_kernel does (apb_store_bias_tile). Same op; the
+ * pipe kernel sums fp32 x̂·(γ ⊙ W) per row instead of bf16 ẑ·W. */
+#define AM_FWD_SMEM ((size_t)3 * APB_TR * AM_ZP * 2 + (size_t)AM_HG * (APB_TR + 1) * 4)
+static __global__ void __launch_bounds__(APB_THREADS, 2)
+apb_bias_fwd_mma_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
+                        const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
+                        const bf16 *__restrict__ w, int N, int H) {
+  /* bias (H, N, NB); z (M, 128); w (H, 128) */
+  const int64_t M = (int64_t)N * N;
+  extern __shared__ __align__(16) unsigned char apb_sm[];
+  bf16 *zt = (bf16 *)apb_sm;                         /* (2, APB_TR, AM_ZP) */
+  bf16 *zh = zt + 2 * APB_TR * AM_ZP;                /* (APB_TR, AM_ZP) ẑ */
+  float *tile = (float *)(zh + APB_TR * AM_ZP);      /* (AM_HG, APB_TR + 1) */
+  const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+  const int g = lane >> 2, tq = lane & 3, mt = wp & 3, nt = wp >> 2;
+  float gl[4], bl[4];
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    gl[i] = mf_bf16_to_f32(gamma[4 * lane + i]);
+    bl[i] = mf_bf16_to_f32(beta[4 * lane + i]);
+  }
+  /* B fragments of k-step ks (k = channel, n = head 8·nt + g): W[h][16ks + 2tq ..] pairs */
+  uint32_t wb[AM_C / 16][2];
+  {
+    const int h = 8 * nt + g;
+#pragma unroll
+    for (int ks = 0; ks < AM_C / 16; ks++)
+#pragma unroll
+      for (int hf = 0; hf < 2; hf++)
+        wb[ks][hf] = h < H ? *(const uint32_t *)(w + (int64_t)h * AM_C + 16 * ks + 2 * tq + 8 * hf) : 0u;
+  }
+  const int64_t ntiles = (M + APB_TR - 1) / APB_TR;
+  int64_t t = blockIdx.x;
+  if (t < ntiles) {
+    const int64_t m0 = t * APB_TR;
+    am_tile_issue(zt, z + m0 * AM_C, (int)(M - m0 < APB_TR ? M - m0 : APB_TR));
+    apb_cp_commit();
+  }
+  for (int buf = 0; t < ntiles; t += gridDim.x, buf ^= 1) {
+    const int64_t m0 = t * APB_TR;
+    const int nr = (int)(M - m0 < APB_TR ? M - m0 : APB_TR);
+    apb_cp_wait_all();
+    __syncthreads(); /* this tile's rows; the previous tile's ẑ and stores done */
+    const int64_t tn = t + gridDim.x;
+    if (tn < ntiles) {
+      const int64_t mn = tn * APB_TR;
+      am_tile_issue(zt + (buf ^ 1) * APB_TR * AM_ZP, z + mn * AM_C, (int)(M - mn < APB_TR ? M - mn : APB_TR));
+      apb_cp_commit();
+    }
+    am_ln_rows(zh, NULL, zt + buf * APB_TR * AM_ZP, gl, bl, nr, wp, lane);
+    __syncthreads();
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int ks = 0; ks < AM_C / 16; ks++) {
+      uint32_t a[4];
+      const int q = lane >> 3, i = lane & 7; /* matrix q: rows 16mt + i (+8), k 16ks (+8) */
+      mf_ldsm_x4(a, mf_smem_u32(zh + (16 * mt + i + 8 * (q & 1)) * AM_ZP + 16 * ks + 8 * (q >> 1)));
+      mf_mma_bf16(c, a, wb[ks][0], wb[ks][1]);
+    }
+    /* c: rows 16mt + g (+8), heads 8nt + 2tq (+1) */
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int h = 8 * nt + 2 * tq + (e & 1), r = 16 * mt + g + 8 * (e >> 1);
+      tile[h * (APB_TR + 1) + r] = c[e];
+    }
+    __syncthreads();
+    apb_store_bias_tile(bias, tile, m0, nr, N, H);
+  }
+}
+
 static __global__ void __launch_bounds__(APB_THREADS, 2)
 apb_bias_bwd_mma_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
                         const bf16 *__restrict__ dbias, const bf16 *__restrict__ z,
@@ -663,32 +776,7 @@ apb_bias_bwd_mma_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
       }
     }
     /* 2. statistics and x̂, rows 8·wp .. 8·wp + 7 (rows past nr: zeros) */
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-      const int r = 8 * wp + k;
-      float x[4];
-      const uint2 u = *(const uint2 *)(zb + r * AM_ZP + 4 * lane);
-      const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
-      x[0] = __low2float(h2[0]);
-      x[1] = __high2float(h2[0]);
-      x[2] = __low2float(h2[1]);
-      x[3] = __high2float(h2[1]);
-      if (r >= nr) x[0] = x[1] = x[2] = x[3] = 0.0f;
-      const float mu = mf_warp_sum(x[0] + x[1] + x[2] + x[3]) * (1.0f / AM_C);
-      float q = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 4; i++) q += (x[i] - mu) * (x[i] - mu);
-      const float rs = 1.0f / sqrtf(mf_warp_sum(q) * (1.0f / AM_C) + (float)MF_LN_EPS);
-      if (lane == 0) {
-        st[r] = mu;
-        st[APB_TR + r] = rs;
-      }
-      uint2 o;
-      __nv_bfloat162 *o2 = (__nv_bfloat162 *)&o;
-      o2[0] = __floats2bfloat162_rn((x[0] - mu) * rs, (x[1] - mu) * rs);
-      o2[1] = __floats2bfloat162_rn((x[2] - mu) * rs, (x[3] - mu) * rs);
-      *(uint2 *)(xb + r * AM_ZP + 4 * lane) = o;
-    }
+    am_ln_rows(xb, st, zb, NULL, NULL, nr, wp, lane);
     __syncthreads(); /* (B) db, xb, statistics */
 
     /* 3. dy: rows 16·mt + g (+8), channels 64·nh + 8j + 2·tq (+1) */
@@ -952,7 +1040,10 @@ static void launch_bias_fwd(bf16 *bias, const bf16 *z, const mf_apb_cuda_weights
                             int Cz, int H, cudaStream_t s) {
   const int64_t t = pair_tiles(N);
   const unsigned blocks = (unsigned)(t < APB_FWD_MAX_BLOCKS ? t : APB_FWD_MAX_BLOCKS);
-  if (g_variant == 0) {
+  if (g_variant == 2 && Cz == AM_C && H <= AM_HG && aligned16(z) && aligned16(w->w_z)) {
+    apb_go(apb_bias_fwd_mma_kernel, blocks, AM_FWD_SMEM, s, bias, z, w->ln_z_g, w->ln_z_b,
+           w->w_z, N, H);
+  } else if (g_variant == 0) {
     APB_DISPATCH((apb_bias_fwd_kernel<V_, CG_, HG_><<<blocks, APB_THREADS, 0, s>>>(
         bias, z, w->ln_z_g, w->ln_z_b, w->w_z, N, Cz, H)));
   } else {
