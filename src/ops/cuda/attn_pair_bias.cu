@@ -682,6 +682,28 @@ apb_bias_fwd_mma_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
   }
 }
 
+/* Tile t of the backward: its z (and dz) rows into zs (dzs) by cp.async (one group), its
+ * dbias values (heads threadIdx / 64 + 4k, row threadIdx % 64; zero past H and the rows)
+ * into dbp. */
+static __device__ __forceinline__ void am_bwd_issue(bf16 *zs, bf16 *dzs, bf16 (&dbp)[AM_DBN],
+                                                    const bf16 *__restrict__ z,
+                                                    const bf16 *__restrict__ dz,
+                                                    const bf16 *__restrict__ dbias, int64_t t,
+                                                    int64_t M, int N, int H) {
+  const int64_t m0 = t * APB_TR;
+  const int nr = (int)(M - m0 < APB_TR ? M - m0 : APB_TR);
+  am_tile_issue(zs, z + m0 * AM_C, nr);
+  if (dz) am_tile_issue(dzs, dz + m0 * AM_C, nr);
+  apb_cp_commit();
+  const int64_t i0 = m0 / N;
+  const int j0 = (int)(m0 - i0 * N);
+#pragma unroll
+  for (int k = 0; k < AM_DBN; k++) {
+    const int idx = threadIdx.x + k * APB_THREADS, h = idx / APB_TR, r = idx - h * APB_TR;
+    dbp[k] = (h < H && r < nr) ? dbias[apb_bias_off(h, i0, j0, r, N)] : mf_f32_to_bf16(0.0f);
+  }
+}
+
 static __global__ void __launch_bounds__(APB_THREADS, 2)
 apb_bias_bwd_mma_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
                         const bf16 *__restrict__ dbias, const bf16 *__restrict__ z,
@@ -732,20 +754,7 @@ apb_bias_bwd_mma_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
   const int64_t ntiles = (M + APB_TR - 1) / APB_TR;
   bf16 dbp[DBN];
   int64_t t = blockIdx.x;
-  if (t < ntiles) {
-    const int64_t m0 = t * APB_TR;
-    const int nr = (int)(M - m0 < APB_TR ? M - m0 : APB_TR);
-    am_tile_issue(zt, z + m0 * AM_C, nr);
-    if (dz) am_tile_issue(dzt, dz + m0 * AM_C, nr);
-    apb_cp_commit();
-    const int64_t i0 = m0 / N;
-    const int j0 = (int)(m0 - i0 * N);
-#pragma unroll
-    for (int k = 0; k < DBN; k++) {
-      const int idx = threadIdx.x + k * APB_THREADS, h = idx / APB_TR, r = idx - h * APB_TR;
-      dbp[k] = (h < H && r < nr) ? dbias[apb_bias_off(h, i0, j0, r, N)] : mf_f32_to_bf16(0.0f);
-    }
-  }
+  if (t < ntiles) am_bwd_issue(zt, dzt, dbp, z, dz, dbias, t, M, N, H);
   __syncthreads(); /* γ, β */
   for (int buf = 0; t < ntiles; t += gridDim.x, buf ^= 1) {
     const int64_t m0 = t * APB_TR;
@@ -761,20 +770,9 @@ apb_bias_bwd_mma_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
     apb_cp_wait_all();
     __syncthreads(); /* (A) */
     const int64_t tn = t + gridDim.x;
-    if (tn < ntiles) { /* the next tile's loads */
-      const int64_t mn = tn * APB_TR;
-      const int nn = (int)(M - mn < APB_TR ? M - mn : APB_TR);
-      am_tile_issue(zt + (buf ^ 1) * APB_TR * AM_ZP, z + mn * AM_C, nn);
-      if (dz) am_tile_issue(dzt + (buf ^ 1) * APB_TR * AM_ZP, dz + mn * AM_C, nn);
-      apb_cp_commit();
-      const int64_t i0 = mn / N;
-      const int j0 = (int)(mn - i0 * N);
-#pragma unroll
-      for (int k = 0; k < DBN; k++) {
-        const int idx = threadIdx.x + k * APB_THREADS, h = idx / APB_TR, r = idx - h * APB_TR;
-        dbp[k] = (h < H && r < nn) ? dbias[apb_bias_off(h, i0, j0, r, N)] : mf_f32_to_bf16(0.0f);
-      }
-    }
+    if (tn < ntiles) /* the next tile's loads */
+      am_bwd_issue(zt + (buf ^ 1) * APB_TR * AM_ZP, dzt + (buf ^ 1) * APB_TR * AM_ZP, dbp, z, dz,
+                   dbias, tn, M, N, H);
     /* 2. statistics and x̂, rows 8·wp .. 8·wp + 7 (rows past nr: zeros) */
     am_ln_rows(xb, st, zb, NULL, NULL, nr, wp, lane);
     __syncthreads(); /* (B) db, xb, statistics */

@@ -366,6 +366,22 @@ static void to_launch(const to_params &p, cudaStream_t stream) {
   g_calls[MODE]++;
 }
 
+/* The arguments every mode has (the others zero). */
+static to_params to_common(bf16 *out, const bf16 *A, int64_t ldm, const bf16 *w, const float *mask,
+                           int axis, int N, int64_t m_base, int64_t rows) {
+  to_params p = {};
+  p.out = out;
+  p.A = A;
+  p.ldm = ldm;
+  p.w = w;
+  p.mask = mask;
+  p.axis = axis;
+  p.N = N;
+  p.m_base = m_base;
+  p.rows = rows;
+  return p;
+}
+
 extern "C" int mf_trimul_out_wg_supported(int C, int Ch, int64_t ldm, const void *out,
                                           const void *T, const void *sg, const void *w,
                                           const void *mask) {
@@ -382,21 +398,12 @@ extern "C" void mf_trimul_out_wg_cuda(bf16 *out, float *mean, float *rstd, const
             "trimul_out_wg: C=%d Ch=%d (both 128), ldm=%lld (>= M=%lld, a multiple of 8), "
             "16-byte aligned out, T, sg, w", C, Ch, (long long)ldm, (long long)M);
   MF_ASSERT(out && mean && rstd && T && gamma && beta && w && sg, "trimul_out_wg: NULL argument");
-  to_params p = {};
-  p.out = out;
+  to_params p = to_common(out, T, ldm, w, mask, axis, N, 0, M);
   p.mean = mean;
   p.rstd = rstd;
-  p.A = T;
-  p.ldm = ldm;
   p.gamma = gamma;
   p.beta = beta;
-  p.w = w;
   p.sg = sg;
-  p.mask = mask;
-  p.axis = axis;
-  p.N = N;
-  p.m_base = 0;
-  p.rows = M;
   to_launch<TO_TRI_FWD>(p, stream);
 }
 
@@ -426,25 +433,16 @@ extern "C" void mf_trimul_out_bwd_wg_cuda(bf16 *du, bf16 *dgl, bf16 *y, int64_t 
             (long long)ldy, (long long)rows);
   MF_ASSERT(du && dgl && y && mean && rstd && T && gamma && beta && w && dout && glb,
             "trimul_out_bwd_wg: NULL argument");
-  to_params p = {};
-  p.out = du;
+  to_params p = to_common(du, T, ldm, w, mask, axis, N, m_base, rows);
   p.dgl = dgl;
   p.y = y;
   p.ldy = ldy;
   p.mean = (float *)mean; /* read only in this mode */
   p.rstd = (float *)rstd;
-  p.A = T;
-  p.ldm = ldm;
   p.gamma = gamma;
   p.beta = beta;
-  p.w = w;
   p.dout = dout;
   p.glb = glb;
-  p.mask = mask;
-  p.axis = axis;
-  p.N = N;
-  p.m_base = m_base;
-  p.rows = rows;
   to_launch<TO_TRI_BWD>(p, stream);
 }
 
@@ -460,14 +458,6 @@ extern "C" void mf_out_proj_wg_cuda(bf16 *out, const bf16 *o, const bf16 *w, con
             "out_proj_wg: K=%d C=%d (both 128), 16-byte aligned out, o, w, 8-byte aligned mask",
             K, C);
   MF_ASSERT(out && o && w, "out_proj_wg: NULL argument");
-  to_params p = {};
-  p.out = out;
-  p.A = o;
-  p.w = w;
-  p.mask = mask;
-  p.axis = axis;
-  p.N = N;
-  p.m_base = 0;
-  p.rows = (int64_t)N * N;
+  const to_params p = to_common(out, o, 0, w, mask, axis, N, 0, (int64_t)N * N);
   to_launch<TO_PLAIN>(p, stream);
 }
