@@ -352,15 +352,16 @@ static void emit(const char *scope, const run *r, const char *pass, double ms, d
   double mfu = g_peak_tflops > 0 ? tf / g_peak_tflops : 0;
   double hfu = g_peak_tflops > 0 ? hflops / (ms * 1e-3) / 1e12 / g_peak_tflops : 0;
   const char *pol = r->pol.kind == MF_STACK_EVERY_K ? "every-k" : mf_stack_policy_name(r->pol.kind);
-  printf("  %-7s L=%-2d N=%-5d %-6s %10.2f ms  %7.2f GiB (arena %6.2f)  %6.1f TFLOP/s  MFU %5.1f%%\n",
-         scope, r->L, r->N, pass, ms, run_peak_gib(r), run_arena_gib(r), tf, 100 * mfu);
+  printf("  %-7s L=%-2d N=%-5d %-6s %10.2f ms  %7.2f GiB (arena %6.2f)  %6.1f TFLOP/s  MFU %5.1f%%  "
+         "keep %d\n",
+         scope, r->L, r->N, pass, ms, run_peak_gib(r), run_arena_gib(r), tf, 100 * mfu, r->st.keep);
   fflush(stdout);
   json_row("{\"variant\": \"megafold\", \"scope\": \"%s\", \"L\": %d, \"N\": %d, \"pass\": \"%s\", "
            "\"ms\": %.4f, \"peak_gib\": %.4f, \"arena_gib\": %.4f, \"flops\": %.6g, "
            "\"tflops\": %.2f, \"mfu\": %.4f, \"hfu\": %.4f, \"policy\": \"%s\", \"k\": %d, "
-           "\"recomputed\": %d, \"reps\": %d}",
+           "\"recomputed\": %d, \"keep_proj\": %d, \"reps\": %d}",
            scope, r->L, r->N, pass, ms, run_peak_gib(r), run_arena_gib(r), flops, tf, mfu, hfu,
-           pol, r->pol.kind == MF_STACK_EVERY_K ? r->pol.k : 0, r->st.recomputed, reps);
+           pol, r->pol.kind == MF_STACK_EVERY_K ? r->pol.k : 0, r->st.recomputed, r->st.keep, reps);
 }
 
 /* ---------------------------------------------------------------- --block */

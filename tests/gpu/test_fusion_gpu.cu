@@ -1044,6 +1044,18 @@ int main(void) {
   test_ln_rows(3, 256, MF_LN_FULL, 1, s += 20);
   test_ln_rows(2, 128, MF_LN_SCALE, 0, s += 20);
 
+  /* the trimul's chunk staging lives in its dead gradient planes (host-side sizes): at the
+   * AF3 sizes the workspace is sg (N², C) + three (Ch, N²) planes + what phase 3's staging
+   * (2 KiB a row) needs beyond one plane + the partials and mask (1350 MiB at N = 768 with a
+   * staging region of its own, 4 KiB a row) */
+  for (int n = 384; n <= 1024; n += 128) {
+    const double m = (double)n * n, planes = m * 128 * 2 * 4;
+    const double rows = (double)mf_fusion_chunk_rows((int64_t)n * n, 128 * 8 + 128 * 10);
+    const double wsz = (double)mf_trimul_cuda_workspace(n, 128, 128);
+    MF_TEST(wsz <= planes + rows * 2048 - m * 256 + (16 << 20),
+            "trimul workspace N=%d C=Ch=128: %.1f MiB (sg and the planes: %.1f MiB)", n,
+            wsz / 1048576.0, planes / 1048576.0);
+  }
   test_trimul(7, 128, 128, 1, 0, 0, 0, s += 20);
   test_trimul(7, 128, 128, 0, 1, 0, 0, s += 20);
   test_trimul(33, 128, 128, 1, 1, 1, 0, s += 20);

@@ -333,6 +333,18 @@ static void check_policies(void) {
   MF_TEST(gpu_same(&P, &a, &b), "two runs are bit-identical");
   MF_TEST(gpu_same(&P, &a, &k2), "every-2 checkpointing gives bit-identical results");
   MF_TEST(gpu_same(&P, &a, &all), "keep-all gives bit-identical results");
+  /* the triangle attentions' projections recomputed or kept for the backward (forced
+   * either way through the environment; init chose for a and b) */
+  gpu_results k0, k1;
+  setenv("MF_PF_KEEP_PROJ", "0", 1);
+  gpu_run(&P, (mf_stack_policy){MF_STACK_RECOMPUTE, 0}, &k0, 1);
+  setenv("MF_PF_KEEP_PROJ", "1", 1);
+  gpu_run(&P, (mf_stack_policy){MF_STACK_RECOMPUTE, 0}, &k1, 1);
+  unsetenv("MF_PF_KEEP_PROJ");
+  MF_TEST(gpu_same(&P, &a, &k0) && gpu_same(&P, &a, &k1),
+          "projections kept or recomputed give bit-identical results");
+  gpu_free(&k0);
+  gpu_free(&k1);
   /* parameter gradients accumulate: two forward/backward rounds give twice the gradient */
   gpu_run(&P, (mf_stack_policy){MF_STACK_RECOMPUTE, 0}, &twice, 2);
   double *g1 = mf_test_alloc(P.t.total), *g2 = mf_test_alloc(P.t.total);
@@ -406,6 +418,15 @@ static void check_planner(void) {
                                            mf_pf_cuda_sizes, NULL, budget) == MF_OK,
           "the largest N (%d) fits", n);
   printf("  planner: 48 blocks in 8 GiB fit N <= %d (recompute)\n", n);
+  /* at that N only the plan without the kept projections fits: init takes it; at a small
+   * crop the plan with them fits and init keeps them */
+  s = mf_pf_cuda_stack_init(&st, &t, (mf_stack_policy){MF_STACK_RECOMPUTE, 0}, n, budget, 0);
+  MF_TEST(s == MF_OK && st.keep == 0, "at the largest N (%d) init plans without the kept "
+          "projections (status %d, keep %d)", n, (int)s, st.keep);
+  mf_pf_cuda_stack_free(&st);
+  s = mf_pf_cuda_stack_init(&st, &t, (mf_stack_policy){MF_STACK_RECOMPUTE, 0}, 128, budget, 0);
+  MF_TEST(s == MF_OK && st.keep == 1, "at N = 128 init keeps the projections (status %d, keep %d)",
+          (int)s, st.keep);
   mf_pf_cuda_stack_free(&st);
   mf_params_free(&t);
 }
@@ -418,22 +439,22 @@ static void check_crop_below_plan(void) {
   size_t best = 0;
   int n_best = 0, m = 0;
   for (int n = 1; n <= 1024 && !m; n++) {
-    size_t w = mf_pf_cuda_block_workspace(&c, n);
+    size_t w = mf_pf_cuda_block_workspace(&c, n, 0);
     if (w > best) best = w, n_best = n;
     else if (w < best) m = n;
   }
   if (!m) { /* the workspace is monotone up to 1024: the envelope is the workspace itself */
     int same = 1;
     for (int n = 1; n <= 1024; n++)
-      same &= mf_pf_cuda_block_workspace_upto(&c, n) == mf_pf_cuda_block_workspace(&c, n);
+      same &= mf_pf_cuda_block_workspace_upto(&c, n, 0) == mf_pf_cuda_block_workspace(&c, n, 0);
     MF_TEST(same, "block workspace monotone up to N = 1024 and block_workspace_upto equal to it");
     return;
   }
   /* the envelope at m is the largest workspace below it (n_best's), not m's own */
-  MF_TEST(mf_pf_cuda_block_workspace_upto(&c, m) == best &&
-              mf_pf_cuda_block_workspace(&c, m) < best,
+  MF_TEST(mf_pf_cuda_block_workspace_upto(&c, m, 0) == best &&
+              mf_pf_cuda_block_workspace(&c, m, 0) < best,
           "block_workspace_upto(%d) = %zu, the workspace at N = %d (its own: %zu)", m,
-          mf_pf_cuda_block_workspace_upto(&c, m), n_best, mf_pf_cuda_block_workspace(&c, m));
+          mf_pf_cuda_block_workspace_upto(&c, m, 0), n_best, mf_pf_cuda_block_workspace(&c, m, 0));
   problem P;
   problem_make(&P, c, 1, n_best, 1, 1, 21);
   gpu_results a, b;

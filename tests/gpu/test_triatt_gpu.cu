@@ -169,7 +169,13 @@ static void test_triatt(int N, int C, int H, int D, int starting, int mask, int 
   }
   mf_bf16_t *out_d = (mf_bf16_t *)dev_alloc((size_t)M * C * 2);
   mf_bf16_t *dz_d = alias ? dout_d : (mf_bf16_t *)dev_alloc((size_t)M * C * 2);
-  const size_t sb = mf_triatt_cuda_saved_bytes(N, C, H, D), wsb = mf_triatt_cuda_workspace(N, C, H, D);
+  /* run 0 recomputes the projections in the backward, run 1 keeps them (keep = 1): both
+   * buffers sized for the larger of the two */
+  const size_t sb = mf_triatt_cuda_saved_bytes(N, C, H, D, 1);
+  const size_t wsb0 = mf_triatt_cuda_workspace(N, C, H, D, 0), wsb1 = mf_triatt_cuda_workspace(N, C, H, D, 1);
+  const size_t wsb = wsb0 > wsb1 ? wsb0 : wsb1;
+  MF_TEST(mf_triatt_cuda_saved_bytes(N, C, H, D, 1) > mf_triatt_cuda_saved_bytes(N, C, H, D, 0),
+          "triatt N=%d: keeping the projections adds saved bytes", N);
   void *saved_d = dev_alloc(sb), *ws = dev_alloc(wsb);
   snprintf(what, sizeof what, "triatt %s N=%d C=%d H=%d D=%d%s%s%s",
            starting ? "starting" : "ending", N, C, H, D,
@@ -191,10 +197,11 @@ static void test_triatt(int N, int C, int H, int D, int starting, int mask, int 
       poison(out_d, (size_t)M * C * 2);
       poison(dz_d, (size_t)M * C * 2);
     }
-    mf_triatt_forward_cuda(out_d, saved_d, z_d, pm_d, &wd, N, C, H, D, starting, rdp, ws, wsb,
-                           &g_blas, 0);
+    const int keep = run; /* run 1 must match run 0 bit for bit */
+    mf_triatt_forward_cuda(out_d, saved_d, z_d, pm_d, &wd, N, C, H, D, starting, keep, rdp, ws,
+                           wsb, &g_blas, 0);
     mf_triatt_backward_cuda(dz_d, &gg, dout_d, saved_d, z_d, pm_d, &wd, N, C, H, D, starting,
-                            rdp, ws, wsb, &g_blas, 0);
+                            keep, rdp, ws, wsb, &g_blas, 0);
     MF_CHECK_CUDA(cudaDeviceSynchronize());
     raw_add(&runs[run], out_d, (size_t)M * C * 2);
     raw_add(&runs[run], dz_d, (size_t)M * C * 2);
@@ -224,7 +231,7 @@ static void test_triatt(int N, int C, int H, int D, int starting, int mask, int 
        * once more with a residual) */
       if (alias) up_bf16(dout_d, dout, M * C); /* dout was overwritten by dz */
       mf_triatt_backward_cuda(dz_d, &gg, dout_d, saved_d, z_d, pm_d, &wd, N, C, H, D, starting,
-                              rdp, ws, wsb, &g_blas, 0);
+                              keep, rdp, ws, wsb, &g_blas, 0); /* the kept P is read only */
       MF_CHECK_CUDA(cudaDeviceSynchronize());
       from_f32(h, gd, np);
       check_inc(WHAT("params after 2 backwards (x2)"), h, g0, gflat, np, 2.0, TOL, 0.0);
@@ -235,7 +242,8 @@ static void test_triatt(int N, int C, int H, int D, int starting, int mask, int 
       }
     }
   }
-  MF_TEST(raw_same(&runs[0], &runs[1]), "%s: two runs bit-identical", what);
+  MF_TEST(raw_same(&runs[0], &runs[1]),
+          "%s: two runs bit-identical (the second keeping the projections)", what);
   if (C == 128 && HD == 128) /* the output projection took the fused wgmma kernel */
     MF_TEST(mf_out_proj_wg_calls() == proj_calls0 + 2, "%s: out_proj_wg ran %lld times, not 2",
             what, (long long)(mf_out_proj_wg_calls() - proj_calls0));
@@ -301,34 +309,39 @@ static void bench(int N, int starting) {
   for (int pi = 0; pi < 3; pi++) {
     if (only_default && pi != def_order) continue;
     const int prev_order = mf_attention_cuda_set_fwd_order(pi);
-    const size_t sb = mf_triatt_cuda_saved_bytes(N, C, H, D), wsb = mf_triatt_cuda_workspace(N, C, H, D);
-    void *saved = NULL, *ws = NULL;
-    MF_CHECK_CUDA(cudaMalloc(&saved, sb));
-    MF_CHECK_CUDA(cudaMalloc(&ws, wsb));
-    float fwd = 0, bwd = 0;
-    for (int it = 0; it < 7; it++) {
-      MF_CHECK_CUDA(cudaEventRecord(e0, 0));
-      mf_triatt_forward_cuda(out, saved, z, pm, &wd, N, C, H, D, starting, &rd, ws, wsb, &g_blas, 0);
-      MF_CHECK_CUDA(cudaEventRecord(e1, 0));
-      mf_triatt_backward_cuda(dz, &gg, dout, saved, z, pm, &wd, N, C, H, D, starting, &rd, ws, wsb,
-                              &g_blas, 0);
-      MF_CHECK_CUDA(cudaEventRecord(e2, 0));
-      MF_CHECK_CUDA(cudaEventSynchronize(e2));
-      float a, b;
-      MF_CHECK_CUDA(cudaEventElapsedTime(&a, e0, e1));
-      MF_CHECK_CUDA(cudaEventElapsedTime(&b, e1, e2));
-      if (it >= 2) { /* 2 warm-ups, 5 timed */
-        fwd += a / 5;
-        bwd += b / 5;
+    /* the default order also with the projections kept for the backward */
+    for (int keep = 0; keep <= (pi == def_order); keep++) {
+      const size_t sb = mf_triatt_cuda_saved_bytes(N, C, H, D, keep);
+      const size_t wsb = mf_triatt_cuda_workspace(N, C, H, D, keep);
+      void *saved = NULL, *ws = NULL;
+      MF_CHECK_CUDA(cudaMalloc(&saved, sb));
+      MF_CHECK_CUDA(cudaMalloc(&ws, wsb));
+      float fwd = 0, bwd = 0;
+      for (int it = 0; it < 7; it++) {
+        MF_CHECK_CUDA(cudaEventRecord(e0, 0));
+        mf_triatt_forward_cuda(out, saved, z, pm, &wd, N, C, H, D, starting, keep, &rd, ws, wsb,
+                               &g_blas, 0);
+        MF_CHECK_CUDA(cudaEventRecord(e1, 0));
+        mf_triatt_backward_cuda(dz, &gg, dout, saved, z, pm, &wd, N, C, H, D, starting, keep, &rd, ws,
+                                wsb, &g_blas, 0);
+        MF_CHECK_CUDA(cudaEventRecord(e2, 0));
+        MF_CHECK_CUDA(cudaEventSynchronize(e2));
+        float a, b;
+        MF_CHECK_CUDA(cudaEventElapsedTime(&a, e0, e1));
+        MF_CHECK_CUDA(cudaEventElapsedTime(&b, e1, e2));
+        if (it >= 2) { /* 2 warm-ups, 5 timed */
+          fwd += a / 5;
+          bwd += b / 5;
+        }
       }
+      printf("triatt timing %s N=%d C=%d H=%d D=%d (pair mask, residual+dropout), fwd CTA order %d, "
+             "keep %d: fwd %.3f ms, bwd %.3f ms, fwd+bwd %.3f ms; saved %.1f MiB, workspace %.1f MiB\n",
+             starting ? "starting" : "ending", N, C, H, D, pi, keep, fwd, bwd, fwd + bwd,
+             sb / 1048576.0, wsb / 1048576.0);
+      MF_CHECK_CUDA(cudaFree(saved));
+      MF_CHECK_CUDA(cudaFree(ws));
     }
-    printf("triatt timing %s N=%d C=%d H=%d D=%d (pair mask, residual+dropout), fwd CTA order %d: "
-           "fwd %.3f ms, bwd %.3f ms, fwd+bwd %.3f ms; saved %.1f MiB, workspace %.1f MiB\n",
-           starting ? "starting" : "ending", N, C, H, D, pi, fwd, bwd, fwd + bwd, sb / 1048576.0,
-           wsb / 1048576.0);
     mf_attention_cuda_set_fwd_order(prev_order);
-    MF_CHECK_CUDA(cudaFree(saved));
-    MF_CHECK_CUDA(cudaFree(ws));
   }
   /* the attention core alone on tensors of the same shapes, for the breakdown */
   {

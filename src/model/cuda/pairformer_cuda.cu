@@ -6,6 +6,7 @@
 #include "model/cuda/pairformer_cuda.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/rng.h"
@@ -161,7 +162,7 @@ typedef struct {
   size_t total;
 } saved_views;
 
-static saved_views saved_layout(void *base, const mf_pairformer_config *c, int N) {
+static saved_views saved_layout(void *base, const mf_pairformer_config *c, int N, int keep) {
   saved_views v;
   size_t off = 0;
   const size_t NN = (size_t)N * N, zb = NN * c->c_z * sizeof(bf16);
@@ -173,8 +174,8 @@ static saved_views saved_layout(void *base, const mf_pairformer_config *c, int N
   PUT(v.s1, bf16 *, (size_t)N * c->c_s * sizeof(bf16));
   PUT(v.tm_out, void *, mf_trimul_cuda_saved_bytes(N, c->c_mul));
   PUT(v.tm_in, void *, mf_trimul_cuda_saved_bytes(N, c->c_mul));
-  PUT(v.ta_start, void *, mf_triatt_cuda_saved_bytes(N, c->c_z, c->h_tri, c->d_tri));
-  PUT(v.ta_end, void *, mf_triatt_cuda_saved_bytes(N, c->c_z, c->h_tri, c->d_tri));
+  PUT(v.ta_start, void *, mf_triatt_cuda_saved_bytes(N, c->c_z, c->h_tri, c->d_tri, keep));
+  PUT(v.ta_end, void *, mf_triatt_cuda_saved_bytes(N, c->c_z, c->h_tri, c->d_tri, keep));
   PUT(v.apb, void *, mf_apb_cuda_saved_bytes(N, c->c_s, c->c_z, c->h_s, c->d_s));
   PUT(v.pt_mean, float *, NN * sizeof(float));
   PUT(v.pt_rstd, float *, NN * sizeof(float));
@@ -185,17 +186,17 @@ static saved_views saved_layout(void *base, const mf_pairformer_config *c, int N
   return v;
 }
 
-size_t mf_pf_cuda_block_saved_bytes(const mf_pairformer_config *c, int N) {
-  return saved_layout(NULL, c, N).total;
+size_t mf_pf_cuda_block_saved_bytes(const mf_pairformer_config *c, int N, int keep) {
+  return saved_layout(NULL, c, N, keep).total;
 }
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
-size_t mf_pf_cuda_block_workspace(const mf_pairformer_config *c, int N) {
+size_t mf_pf_cuda_block_workspace(const mf_pairformer_config *c, int N, int keep) {
   const int64_t M = (int64_t)N * N;
   const size_t sb = mf_cuda_align((size_t)N * c->c_s * sizeof(bf16));
   size_t w = mf_trimul_cuda_workspace(N, c->c_z, c->c_mul);
-  w = max_sz(w, mf_triatt_cuda_workspace(N, c->c_z, c->h_tri, c->d_tri));
+  w = max_sz(w, mf_triatt_cuda_workspace(N, c->c_z, c->h_tri, c->d_tri, keep));
   w = max_sz(w, mf_transition_cuda_workspace(M, c->c_z, c->n_trans * c->c_z));
   /* the single attention's backward reads a copy of its output gradient */
   w = max_sz(w, sb + mf_apb_cuda_workspace(N, c->c_s, c->c_z, c->h_s, c->d_s));
@@ -203,9 +204,9 @@ size_t mf_pf_cuda_block_workspace(const mf_pairformer_config *c, int N) {
   return w;
 }
 
-size_t mf_pf_cuda_block_workspace_upto(const mf_pairformer_config *c, int N_max) {
+size_t mf_pf_cuda_block_workspace_upto(const mf_pairformer_config *c, int N_max, int keep) {
   size_t w = 0;
-  for (int n = 1; n <= N_max; n++) w = max_sz(w, mf_pf_cuda_block_workspace(c, n));
+  for (int n = 1; n <= N_max; n++) w = max_sz(w, mf_pf_cuda_block_workspace(c, n, keep));
   return w;
 }
 
@@ -257,14 +258,14 @@ static mf_resdrop_cuda resdrop(const mf_pairformer_config *c, mf_pairformer_rng 
 void mf_pf_cuda_block_forward(bf16 *s_out, bf16 *z_out, void *saved, const bf16 *s,
                               const bf16 *z, const uint8_t *mask, const uint8_t *pm,
                               const mf_pf_cuda_weights *w, const mf_pairformer_config *c, int N,
-                              mf_pairformer_rng rng, void *ws, size_t ws_bytes,
+                              int keep, mf_pairformer_rng rng, void *ws, size_t ws_bytes,
                               const mf_cuda_blas *blas, cudaStream_t st) {
   MF_ASSERT(N > 0, "pf_cuda block forward: N = %d, must be >= 1", N);
   MF_ASSERT(mf_pairformer_config_check(c) == MF_OK, "%s", mf_error_message());
   MF_ASSERT((mask == NULL) == (pm == NULL), "pf_cuda block: mask and pair mask go together");
-  MF_ASSERT(ws_bytes >= mf_pf_cuda_block_workspace(c, N), "pf_cuda block: workspace %zu < %zu",
-            ws_bytes, mf_pf_cuda_block_workspace(c, N));
-  saved_views v = saved_layout(saved, c, N);
+  MF_ASSERT(ws_bytes >= mf_pf_cuda_block_workspace(c, N, keep),
+            "pf_cuda block: workspace %zu < %zu", ws_bytes, mf_pf_cuda_block_workspace(c, N, keep));
+  saved_views v = saved_layout(saved, c, N, keep);
   const int64_t M = (int64_t)N * N;
   const size_t zb = (size_t)M * c->c_z * sizeof(bf16), sbytes = (size_t)N * c->c_s * sizeof(bf16);
   const int Cz = c->c_z, Cs = c->c_s;
@@ -282,7 +283,7 @@ void mf_pf_cuda_block_forward(bf16 *s_out, bf16 *z_out, void *saved, const bf16 
     else
       mf_triatt_forward_cuda(v.z[k], k == 2 ? v.ta_start : v.ta_end, zin, pm,
                              k == 2 ? &w->att_start : &w->att_end, N, Cz, c->h_tri, c->d_tri,
-                             k == 2, &rd, ws, ws_bytes, blas, st);
+                             k == 2, keep, &rd, ws, ws_bytes, blas, st);
     zin = v.z[k];
     prof_mark(k + 1, st);
   }
@@ -313,15 +314,15 @@ void mf_pf_cuda_block_forward(bf16 *s_out, bf16 *z_out, void *saved, const bf16 
 void mf_pf_cuda_block_backward(bf16 *ds, bf16 *dz, const mf_pf_cuda_grads *g, const void *saved,
                                const bf16 *s, const bf16 *z, const uint8_t *mask,
                                const uint8_t *pm, const mf_pf_cuda_weights *w,
-                               const mf_pairformer_config *c, int N, mf_pairformer_rng rng,
-                               void *ws, size_t ws_bytes, const mf_cuda_blas *blas,
-                               cudaStream_t st) {
+                               const mf_pairformer_config *c, int N, int keep,
+                               mf_pairformer_rng rng, void *ws, size_t ws_bytes,
+                               const mf_cuda_blas *blas, cudaStream_t st) {
   MF_ASSERT(N > 0, "pf_cuda block backward: N = %d, must be >= 1", N);
   MF_ASSERT(mf_pairformer_config_check(c) == MF_OK, "%s", mf_error_message());
   MF_ASSERT((mask == NULL) == (pm == NULL), "pf_cuda block: mask and pair mask go together");
-  MF_ASSERT(ws_bytes >= mf_pf_cuda_block_workspace(c, N), "pf_cuda block: workspace %zu < %zu",
-            ws_bytes, mf_pf_cuda_block_workspace(c, N));
-  saved_views v = saved_layout((void *)saved, c, N);
+  MF_ASSERT(ws_bytes >= mf_pf_cuda_block_workspace(c, N, keep),
+            "pf_cuda block: workspace %zu < %zu", ws_bytes, mf_pf_cuda_block_workspace(c, N, keep));
+  saved_views v = saved_layout((void *)saved, c, N, keep);
   const int64_t M = (int64_t)N * N;
   const size_t sb = mf_cuda_align((size_t)N * c->c_s * sizeof(bf16));
   const int Cz = c->c_z, Cs = c->c_s;
@@ -371,7 +372,7 @@ void mf_pf_cuda_block_backward(bf16 *ds, bf16 *dz, const mf_pf_cuda_grads *g, co
       mf_triatt_backward_cuda(dz, g ? (k == 2 ? &g->att_start : &g->att_end) : NULL, dz,
                               k == 2 ? v.ta_start : v.ta_end, zk, pm,
                               k == 2 ? &w->att_start : &w->att_end, N, Cz, c->h_tri, c->d_tri,
-                              k == 2, &rd, ws, ws_bytes, blas, st);
+                              k == 2, keep, &rd, ws, ws_bytes, blas, st);
     prof_mark(7 - k, st);
   }
   static const int order[MF_PF_SUBLAYERS] = {6, 5, 4, 3, 2, 1, 0};
@@ -390,31 +391,64 @@ static size_t mask_bytes(int N) {
 }
 
 mf_stack_sizes mf_pf_cuda_sizes(const mf_pairformer_config *c, int N, void *ctx) {
-  (void)ctx;
+  const int keep = ctx ? *(const int *)ctx : 0;
   mf_stack_sizes z;
   z.input_bytes = (int64_t)input_bytes(c, N);
-  z.saved_bytes = (int64_t)mf_pf_cuda_block_saved_bytes(c, N);
+  z.saved_bytes = (int64_t)mf_pf_cuda_block_saved_bytes(c, N, keep);
   z.grad_bytes = 0; /* the backward works in place in the caller's ds, dz */
-  z.fixed_bytes = (int64_t)(mf_pf_cuda_block_workspace_upto(c, N) + mask_bytes(N));
+  z.fixed_bytes = (int64_t)(mf_pf_cuda_block_workspace_upto(c, N, keep) + mask_bytes(N));
   return z;
+}
+
+/* The plan for keep (mf_pf_cuda_sizes' ctx); with a budget, refused over it. */
+static mf_status plan_keep(mf_stack_plan *p, const mf_params_table *t, mf_stack_policy policy,
+                           int N_max, int64_t budget_bytes, int keep) {
+  return budget_bytes > 0 ? mf_stack_plan_fit_sized(p, &t->config, t->L, N_max, policy,
+                                                    mf_pf_cuda_sizes, &keep, budget_bytes)
+                          : mf_stack_plan_sized(p, &t->config, t->L, N_max, policy,
+                                                mf_pf_cuda_sizes, &keep);
+}
+
+/* Device memory the stack allocates besides the arena: the bf16 compute copy, the block
+ * gradient scratch and the layout map. */
+static int64_t side_bytes(const mf_params_table *t, int64_t BN) {
+  return (int64_t)t->L * BN * (int64_t)sizeof(bf16) + BN * (int64_t)sizeof(float) +
+         (int64_t)t->n * 3 * (int64_t)sizeof(int64_t);
+}
+
+/* Whether the blocks keep the triangle attentions' projections for their backward (see
+ * pairformer_cuda.h): MF_PF_KEEP_PROJ=0|1 forces it; otherwise they are kept when the plan
+ * with them fits the budget — or, with no budget, the free device memory less the other
+ * allocations and 2 GiB for cuBLAS and the caller — and not kept when only the plan
+ * without them fits (so the largest N that fits is that of the plan without them). */
+static int choose_keep(const mf_params_table *t, mf_stack_policy policy, int N_max,
+                       int64_t budget_bytes, int64_t BN) {
+  const char *e = getenv("MF_PF_KEEP_PROJ");
+  if (e && (e[0] == '0' || e[0] == '1') && e[1] == '\0') return e[0] == '1';
+  mf_stack_plan p;
+  if (plan_keep(&p, t, policy, N_max, budget_bytes, 1) != MF_OK) return 0;
+  if (budget_bytes > 0) return 1;
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return p.total_bytes + side_bytes(t, BN) + ((int64_t)2 << 30) <= (int64_t)free_b;
 }
 
 mf_status mf_pf_cuda_stack_init(mf_pf_cuda_stack *st, const mf_params_table *t,
                                 mf_stack_policy policy, int N_max, int64_t budget_bytes,
                                 cudaStream_t stream) {
   memset(st, 0, sizeof *st);
-  mf_status s = budget_bytes > 0
-                    ? mf_stack_plan_fit_sized(&st->plan, &t->config, t->L, N_max, policy,
-                                              mf_pf_cuda_sizes, NULL, budget_bytes)
-                    : mf_stack_plan_sized(&st->plan, &t->config, t->L, N_max, policy,
-                                          mf_pf_cuda_sizes, NULL);
+  mf_pf_cuda_layout_make(&st->layout, t);
+  const int64_t BN = st->layout.block_numel;
+  st->keep = choose_keep(t, policy, N_max, budget_bytes, BN);
+  mf_status s = plan_keep(&st->plan, t, policy, N_max, budget_bytes, st->keep);
   if (s != MF_OK) return s;
   st->table = t;
   st->N_max = N_max;
   st->stream = stream;
-  mf_pf_cuda_layout_make(&st->layout, t);
-  st->ws_bytes = mf_pf_cuda_block_workspace_upto(&t->config, N_max);
-  const int64_t BN = st->layout.block_numel;
+  st->ws_bytes = mf_pf_cuda_block_workspace_upto(&t->config, N_max, st->keep);
   cudaError_t ce = cudaSuccess;
   const char *what = "the activation arena";
   if ((ce = cudaMalloc(&st->arena, (size_t)st->plan.total_bytes)) != cudaSuccess ||
@@ -497,7 +531,7 @@ static views make_views(const mf_pf_cuda_stack *st, int N) {
   v.nws = st->plan.n_workspaces;
   v.N = N;
   v.I = input_bytes(c, N);
-  v.W = mf_pf_cuda_block_saved_bytes(c, N);
+  v.W = mf_pf_cuda_block_saved_bytes(c, N, st->keep);
   v.sbytes = mf_cuda_align((size_t)N * c->c_s * sizeof(bf16));
   v.kept = (char *)st->arena;
   v.inner = v.kept + (size_t)(st->plan.n_seg - 1) * v.I;
@@ -542,7 +576,7 @@ static void run_forward(mf_pf_cuda_stack *st, const views *v, int l, bf16 *s_out
   MF_ASSERT(os && oz, "pf_cuda stack: the last block's output buffers are required");
   mf_pairformer_rng r = {rng.seed, rng.step, (uint32_t)l, rng.training};
   mf_pf_cuda_block_forward(os, oz, saved_of(v, l), bs, bz, masked ? v->mask : NULL,
-                           masked ? v->pm : NULL, &w, &st->table->config, v->N, r, v->ws,
+                           masked ? v->pm : NULL, &w, &st->table->config, v->N, st->keep, r, v->ws,
                            st->ws_bytes, &st->blas, st->stream);
   st->recomputed++;
 }
@@ -586,7 +620,7 @@ void mf_pf_cuda_stack_backward(mf_pf_cuda_stack *st, bf16 *ds, bf16 *dz, float *
       mf_pairformer_rng r = {rng.seed, rng.step, (uint32_t)l, rng.training};
       mf_pf_cuda_block_backward(ds, dz, grads ? &g : NULL, saved_of(&v, l), bs, bz,
                                 masked ? v.mask : NULL, masked ? v.pm : NULL, &w,
-                                &st->table->config, N, r, v.ws, st->ws_bytes, &st->blas,
+                                &st->table->config, N, st->keep, r, v.ws, st->ws_bytes, &st->blas,
                                 st->stream);
       if (grads) {
         add_grads_kernel<<<256, 256, 0, st->stream>>>(grads, st->gblock, st->d_map,

@@ -98,14 +98,21 @@ void mf_pf_cuda_bind(mf_pf_cuda_weights *w, const mf_pf_cuda_layout *lay,
 void mf_pf_cuda_bind_grads(mf_pf_cuda_grads *g, const mf_pf_cuda_layout *lay, float *base);
 
 /* ---------------------------------------------------------------- one block */
+/* keep (0 or 1, below): whether the block's two triangle attentions keep their projection
+ * matrices for the backward (mf_triatt_forward_cuda's keep) instead of recomputing them:
+ * at N = 768 (AF3 dims, H200, 2026-11-30) 2 × 585 MiB more saved and the block's workspace
+ * 1432 → 847 MiB (the triangle attention's was the largest; the triangle multiplication's is
+ * 822 MiB since its staging moved into its gradient planes), arena 3.30 → 3.87 GiB, and
+ * the block backward 21.6 → 20.4 ms; the same outputs and gradients bit for bit. The saved
+ * and workspace sizes, the forward and the backward of one block must agree on it. */
 /* Bytes of one block's saved buffer and of the transient workspace, at crop N. */
-size_t mf_pf_cuda_block_saved_bytes(const mf_pairformer_config *c, int N);
-size_t mf_pf_cuda_block_workspace(const mf_pairformer_config *c, int N);
+size_t mf_pf_cuda_block_saved_bytes(const mf_pairformer_config *c, int N, int keep);
+size_t mf_pf_cuda_block_workspace(const mf_pairformer_config *c, int N, int keep);
 /* The workspace that serves every crop n <= N_max: the maximum of block_workspace over
  * 1..N_max. The ops' workspaces are not monotone in N (their row chunks change with N:
  * at the AF3 dims, block_workspace(483) is 0.60× block_workspace(482)), so a stack planned
  * at N_max sizes its workspace with this. */
-size_t mf_pf_cuda_block_workspace_upto(const mf_pairformer_config *c, int N_max);
+size_t mf_pf_cuda_block_workspace_upto(const mf_pairformer_config *c, int N_max, int keep);
 
 /* pm (N, N) = mask_i · mask_j (device; mask (N) uint8 1 = valid). */
 void mf_pf_cuda_pair_mask(uint8_t *pm, const uint8_t *mask, int N, cudaStream_t stream);
@@ -117,7 +124,7 @@ void mf_pf_cuda_block_forward(__nv_bfloat16 *s_out, __nv_bfloat16 *z_out, void *
                               const __nv_bfloat16 *s, const __nv_bfloat16 *z,
                               const uint8_t *mask, const uint8_t *pm,
                               const mf_pf_cuda_weights *w, const mf_pairformer_config *c, int N,
-                              mf_pairformer_rng rng, void *ws, size_t ws_bytes,
+                              int keep, mf_pairformer_rng rng, void *ws, size_t ws_bytes,
                               const mf_cuda_blas *blas, cudaStream_t stream);
 
 /* In place: ds (N, Cs), dz (N, N, Cz) hold dL/d(outputs) on entry, dL/d(inputs) on return;
@@ -127,7 +134,7 @@ void mf_pf_cuda_block_backward(__nv_bfloat16 *ds, __nv_bfloat16 *dz, const mf_pf
                                const void *saved, const __nv_bfloat16 *s,
                                const __nv_bfloat16 *z, const uint8_t *mask, const uint8_t *pm,
                                const mf_pf_cuda_weights *w, const mf_pairformer_config *c, int N,
-                               mf_pairformer_rng rng, void *ws, size_t ws_bytes,
+                               int keep, mf_pairformer_rng rng, void *ws, size_t ws_bytes,
                                const mf_cuda_blas *blas, cudaStream_t stream);
 
 /* Where a block's time goes: with a profile enabled, the block forward and backward record
@@ -148,7 +155,8 @@ const char *mf_pf_cuda_sublayer_name(int k);
 /* ---------------------------------------------------------------- the stack */
 /* The GPU sizer for the planner (model/stack.h): bf16 block inputs, this file's saved
  * bytes, the gradient kept in place (no ping-pong), and, fixed, the shared workspace plus
- * the masks. ctx is unused. */
+ * the masks. ctx: a const int * holding keep, or NULL for keep = 0 (the plan with the least
+ * memory, which gives the largest N that fits). */
 mf_stack_sizes mf_pf_cuda_sizes(const mf_pairformer_config *c, int N, void *ctx);
 
 typedef struct {
@@ -166,11 +174,15 @@ typedef struct {
   int fwd_N;           /* N of the last forward (0: none since init/backward) */
   int recomputed;      /* block forwards rerun by the last backward */
   int run_blocks;      /* blocks a forward/backward runs: 0 = all L (see set_run_blocks) */
+  int keep;            /* the blocks' keep (chosen by init, see mf_pf_cuda_stack_init) */
 } mf_pf_cuda_stack;
 
 /* Plans for crops up to N_max (refusing a plan over budget_bytes, 0 = no budget, with the
  * largest N that fits in the message), allocates the arena, the compute copy and the
- * scratch. MF_ERR_CONFIG / MF_ERR_NOMEM; mf_pf_cuda_stack_free is safe after a failure. */
+ * scratch. MF_ERR_CONFIG / MF_ERR_NOMEM; mf_pf_cuda_stack_free is safe after a failure.
+ * keep (above) is 1 when the plan with it fits the budget (with no budget: the free device
+ * memory less the other allocations and 2 GiB), else 0; the environment variable
+ * MF_PF_KEEP_PROJ=0|1 forces it. */
 mf_status mf_pf_cuda_stack_init(mf_pf_cuda_stack *st, const mf_params_table *t,
                                 mf_stack_policy policy, int N_max, int64_t budget_bytes,
                                 cudaStream_t stream);

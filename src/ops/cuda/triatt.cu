@@ -151,15 +151,18 @@ typedef struct {
   float *mu, *rs; /* (M) LN statistics, indexed by pair row m of z */
   float *lse;     /* (N, H, N) softmax log-sum-exp, (i, h, j) */
   bf16 *o;        /* gated attention output: (M, HD) in z order */
+  bf16 *P;        /* keep only: (M, ldp) the projections, which the backward then reads
+                   * instead of recomputing them (NULL otherwise) */
 } ta_saved;
 
-static size_t saved_carve(ta_saved *s, void *base, int N, int H, int D) {
+static size_t saved_carve(ta_saved *s, void *base, int N, int H, int D, int keep) {
   const int64_t M = (int64_t)N * N;
   mf_carver cv = {(char *)base, 0};
   s->mu = (float *)mf_carve(&cv, (size_t)M * sizeof(float));
   s->rs = (float *)mf_carve(&cv, (size_t)M * sizeof(float));
   s->lse = (float *)mf_carve(&cv, (size_t)M * H * sizeof(float));
   s->o = (bf16 *)mf_carve(&cv, (size_t)M * H * D * sizeof(bf16));
+  s->P = keep ? (bf16 *)mf_carve(&cv, (size_t)M * ta_ldp(H, D) * sizeof(bf16)) : NULL;
   return cv.used;
 }
 
@@ -176,23 +179,24 @@ static mf_attn_dims ta_dims(int N, int H, int D) {
   return d;
 }
 
-extern "C" size_t mf_triatt_cuda_saved_bytes(int N, int C, int H, int D) {
+extern "C" size_t mf_triatt_cuda_saved_bytes(int N, int C, int H, int D, int keep) {
   (void)C;
   ta_saved s;
-  return saved_carve(&s, NULL, N, H, D);
+  return saved_carve(&s, NULL, N, H, D, keep);
 }
 
-static size_t ws_size(int N, int C, int H, int D);
+static size_t ws_size(int N, int C, int H, int D, int keep);
 
-extern "C" size_t mf_triatt_cuda_workspace(int N, int C, int H, int D) {
-  return ws_size(N, C, H, D);
+extern "C" size_t mf_triatt_cuda_workspace(int N, int C, int H, int D, int keep) {
+  return ws_size(N, C, H, D, keep);
 }
 
 static void ta_check(const mf_triatt_cuda_weights *w, int N, int C, int H, int D, int starting,
-                     const mf_resdrop_cuda *rd) {
+                     int keep, const mf_resdrop_cuda *rd) {
   MF_ASSERT(N > 0 && C > 0 && C <= 1024 && H > 0 && D > 0 && D % 8 == 0 && D <= 64,
             "triatt_cuda dims N=%d C=%d H=%d D=%d (C <= 1024, D %% 8 == 0, D <= 64)", N, C, H, D);
   MF_ASSERT(starting == 0 || starting == 1, "triatt_cuda: starting=%d", starting);
+  MF_ASSERT(keep == 0 || keep == 1, "triatt_cuda: keep=%d (0 or 1)", keep);
   MF_ASSERT(w && w->ln_g && w->ln_b && w->w_qkvbg && w->w_o, "triatt_cuda: every weight is required");
   MF_ASSERT(!rd || (rd->p >= 0 && rd->p < 1 && (rd->axis == MF_DROPOUT_ROWWISE ||
                                                 rd->axis == MF_DROPOUT_COLWISE)),
@@ -286,8 +290,10 @@ static size_t stage_carve(ta_stage *st, void *base, int64_t R, int C) {
 
 /* [pmt, mask, wpad, dwpad | Y: P, bias | X: dP, dbias, att_ws | staging, only when it
  * cannot alias]: sx inside [dbias, att_ws] (not live in the forward or the backward's
- * phase 1, while dP's g columns are), sy inside Y. */
-static size_t ws_carve(ta_ws *w, void *base, int N, int C, int H, int D) {
+ * phase 1, while dP's g columns are), sy inside Y. With keep, P lives in the saved buffer
+ * (w->P stays NULL: the caller points it there), Y is the bias alone and sy = sx (phase 3
+ * runs after the attention backward and the dbias move: [dbias, att_ws] are dead). */
+static size_t ws_carve(ta_ws *w, void *base, int N, int C, int H, int D, int keep) {
   const int64_t M = (int64_t)N * N;
   const int64_t R_auto = mf_fusion_chunk_rows(M, (size_t)C * (2 + 2 + 4));
   const size_t pb = (size_t)M * ta_ldp(H, D) * sizeof(bf16);
@@ -298,7 +304,7 @@ static size_t ws_carve(ta_ws *w, void *base, int N, int C, int H, int D) {
   w->wpad = (bf16 *)mf_carve(&cv, (size_t)ta_ldp(H, D) * C * sizeof(bf16));
   w->dwpad = (float *)mf_carve(&cv, (size_t)ta_ldp(H, D) * C * sizeof(float));
   const size_t y0 = cv.used;
-  w->P = (bf16 *)mf_carve(&cv, pb);
+  w->P = keep ? NULL : (bf16 *)mf_carve(&cv, pb);
   w->bias = (bf16 *)mf_carve(&cv, bia);
   const size_t x0 = cv.used;
   w->dP = (bf16 *)mf_carve(&cv, pb);
@@ -306,7 +312,12 @@ static size_t ws_carve(ta_ws *w, void *base, int N, int C, int H, int D) {
   w->dbias = (bf16 *)mf_carve(&cv, bia);
   w->att_ws_bytes = mf_attention_backward_strided_cuda_workspace(ta_dims(N, H, D), 1);
   w->att_ws = mf_carve(&cv, w->att_ws_bytes);
-  const size_t x1 = cv.used, cap = x0 - y0 < x1 - xs ? x0 - y0 : x1 - xs;
+  const size_t x1 = cv.used;
+  /* the staging's room: the smaller of Y and [dbias, att_ws] — with keep too, where it all
+   * goes into [dbias, att_ws], so that both layouts cut the same chunks (the chunked sums of
+   * dW and of the LayerNorm's parameter gradients, and so the results, are bit-identical) */
+  const size_t ysz = keep ? mf_cuda_align(pb) + mf_cuda_align(bia) : x0 - y0;
+  const size_t cap = ysz < x1 - xs ? ysz : x1 - xs;
 
   ta_stage st;
   int64_t lo = 0, hi = R_auto;
@@ -324,7 +335,7 @@ static size_t ws_carve(ta_ws *w, void *base, int N, int C, int H, int D) {
     const int64_t R = 2 * lo >= R_auto ? lo : (M + chunks - 1) / chunks; /* R <= lo */
     w->R = R;
     stage_carve(&w->sx, base ? (char *)base + xs : NULL, R, C);
-    stage_carve(&w->sy, base ? (char *)base + y0 : NULL, R, C);
+    stage_carve(&w->sy, base ? (char *)base + (keep ? xs : y0) : NULL, R, C);
   } else { /* a region of its own */
     w->R = R_auto;
     void *sep = mf_carve(&cv, stage_carve(&st, NULL, R_auto, C));
@@ -334,9 +345,9 @@ static size_t ws_carve(ta_ws *w, void *base, int N, int C, int H, int D) {
   return cv.used;
 }
 
-static size_t ws_size(int N, int C, int H, int D) {
+static size_t ws_size(int N, int C, int H, int D, int keep) {
   ta_ws w;
-  return ws_carve(&w, NULL, N, C, H, D);
+  return ws_carve(&w, NULL, N, C, H, D, keep);
 }
 
 /* The attention problem's views of P / dP (q, k, v, gate, dq, dk, dv, dgate, dout) and of
@@ -360,7 +371,7 @@ static void launch_bias(bf16 *P, bf16 *bias, int N, int H, int D, int starting, 
 
 /* x̂ = LN(z) for chunk rows r0.. (statistics computed or read) and their projections
  * P rows r0.. = x̂·wqᵀ (all ldp columns; the padding ones come out 0). */
-static void ta_project(const ta_ws *b, const ta_stage *st, const ta_saved *s, const bf16 *z,
+static void ta_project(bf16 *P, const ta_stage *st, const ta_saved *s, const bf16 *z,
                        const mf_triatt_cuda_weights *w, const bf16 *wq, int C, int H, int D,
                        int64_t r0, int64_t rows, int use_saved, const mf_cuda_blas *blas,
                        cudaStream_t stream) {
@@ -368,20 +379,21 @@ static void ta_project(const ta_ws *b, const ta_stage *st, const ta_saved *s, co
   mf_ln_rows_cuda(st->xh, s->mu + r0, s->rs + r0, z + r0 * C, w->ln_g, w->ln_b, rows, C,
                   MF_LN_FULL, use_saved, stream);
   mf_gemm_rm_cuda(blas, stream, 0, 1, rows, ldp, C, 1.0f, st->xh, C, wq, C, 0.0f,
-                  b->P + r0 * ldp, MF_GEMM_OUT_BF16, ldp);
+                  P + r0 * ldp, MF_GEMM_OUT_BF16, ldp);
 }
 
 static void ta_forward(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
                        const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
-                       int starting, const mf_resdrop_cuda *rd, void *ws,
+                       int starting, int keep, const mf_resdrop_cuda *rd, void *ws,
                        size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
   const int64_t M = (int64_t)N * N;
   const int HD = H * D, goff = 3 * HD + ta_bp(H);
   ta_saved s;
-  saved_carve(&s, saved, N, H, D);
+  saved_carve(&s, saved, N, H, D, keep);
   ta_ws b;
-  MF_ASSERT(ws_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
-  ws_carve(&b, ws, N, C, H, D);
+  MF_ASSERT(ws_carve(&b, NULL, N, C, H, D, keep) <= ws_bytes, "triatt_cuda: workspace too small");
+  ws_carve(&b, ws, N, C, H, D, keep);
+  if (keep) b.P = s.P; /* the projections go straight to the saved buffer */
   const int64_t R = b.R;
   const ta_stage *st = &b.sx;
   if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
@@ -390,7 +402,7 @@ static void ta_forward(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
 
   /* x̂ = LN(z); P = x̂·w_qkvbgᵀ in z order; the bias columns → (H, N, NB) */
   for (int64_t r0 = 0; r0 < M; r0 += R)
-    ta_project(&b, st, &s, z, w, wq, C, H, D, r0, M - r0 < R ? M - r0 : R, 0, blas, stream);
+    ta_project(b.P, st, &s, z, w, wq, C, H, D, r0, M - r0 < R ? M - r0 : R, 0, blas, stream);
   launch_bias(b.P, b.bias, N, H, D, starting, false, stream);
   /* o = σ(g) ⊙ attention(q, k, v, bias, key mask), on views of P, into o in z order */
   const mf_attn_views vw = ta_views(N, H, D, starting);
@@ -421,15 +433,16 @@ static void ta_forward(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
 static void ta_backward(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dout,
                         const void *saved, const bf16 *z, const uint8_t *pm,
                         const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
-                        int starting, const mf_resdrop_cuda *rd, void *ws,
+                        int starting, int keep, const mf_resdrop_cuda *rd, void *ws,
                         size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
   const int64_t M = (int64_t)N * N;
   const int HD = H * D, ldp = ta_ldp(H, D), goff = 3 * HD + ta_bp(H);
   ta_saved s;
-  saved_carve(&s, (void *)saved, N, H, D); /* read only below */
+  saved_carve(&s, (void *)saved, N, H, D, keep); /* read only below */
   ta_ws b;
-  MF_ASSERT(ws_carve(&b, NULL, N, C, H, D) <= ws_bytes, "triatt_cuda: workspace too small");
-  ws_carve(&b, ws, N, C, H, D);
+  MF_ASSERT(ws_carve(&b, NULL, N, C, H, D, keep) <= ws_bytes, "triatt_cuda: workspace too small");
+  ws_carve(&b, ws, N, C, H, D, keep);
+  if (keep) b.P = s.P; /* the forward's projections: read only */
   const int64_t R = b.R;
   const ta_stage *st = &b.sx; /* inside dbias, att_ws (not yet written) */
   if (rd) mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
@@ -438,11 +451,11 @@ static void ta_backward(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dou
     MF_CHECK_CUDA(cudaMemsetAsync(b.dwpad, 0, (size_t)ldp * C * sizeof(float), stream));
   const uint8_t *kmask = ta_key_mask(b.pmt, pm, N, starting, stream);
 
-  /* phase 1, per chunk: P recomputed; out = o·W_oᵀ with dΔz = dout (⊙ mask)
+  /* phase 1, per chunk: P recomputed (unless kept); out = o·W_oᵀ with dΔz = dout (⊙ mask)
    *   ⇒ dW_o += dΔzᵀ·o,  dO = dΔz·W_o into dP's g columns */
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
-    ta_project(&b, st, &s, z, w, wq, C, H, D, r0, rows, 1, blas, stream);
+    if (!keep) ta_project(b.P, st, &s, z, w, wq, C, H, D, r0, rows, 1, blas, stream);
     const bf16 *dd = dout + r0 * C;
     if (rd) {
       launch_dropbwd(st->dd, dout, b.mask, (int)rd->axis, N, r0, rows, C, stream);
@@ -454,7 +467,7 @@ static void ta_backward(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dou
     mf_gemm_rm_cuda(blas, stream, 0, 0, rows, HD, C, 1.0f, dd, C, w->w_o, HD, 0.0f,
                     b.dP + r0 * ldp + goff, MF_GEMM_OUT_BF16, ldp);
   }
-  launch_bias(b.P, b.bias, N, H, D, starting, false, stream);
+  launch_bias(b.P, b.bias, N, H, D, starting, false, stream); /* reads P only */
 
   /* phase 2: the attention backward on views of P and dP (all its gradients assign; dg
    * replaces dO in place) */
@@ -466,7 +479,8 @@ static void ta_backward(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dou
   launch_bias(b.dP, b.dbias, N, H, D, starting, true, stream); /* + zero padding columns */
 
   /* phase 3, per chunk: dw_qkvbg += dPᵀ·x̂,  dx̂ = dP·w_qkvbg,  dz = LN backward
-   * (staging now inside P, bias: dead after the attention backward) */
+   * (staging now inside P, bias — or, with keep, dbias, att_ws: dead after the attention
+   * backward and the dbias move) */
   st = &b.sy;
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
@@ -494,22 +508,22 @@ static void ta_backward(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dou
 
 extern "C" void mf_triatt_forward_cuda(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
                                        const mf_triatt_cuda_weights *w, int N, int C, int H,
-                                       int D, int starting, const mf_resdrop_cuda *rd, void *ws,
-                                       size_t ws_bytes, const mf_cuda_blas *blas,
+                                       int D, int starting, int keep, const mf_resdrop_cuda *rd,
+                                       void *ws, size_t ws_bytes, const mf_cuda_blas *blas,
                                        cudaStream_t stream) {
-  ta_check(w, N, C, H, D, starting, rd);
+  ta_check(w, N, C, H, D, starting, keep, rd);
   MF_ASSERT(out && saved && z && ws, "triatt_forward_cuda: NULL argument");
-  ta_forward(out, saved, z, pm, w, N, C, H, D, starting, rd, ws, ws_bytes, blas, stream);
+  ta_forward(out, saved, z, pm, w, N, C, H, D, starting, keep, rd, ws, ws_bytes, blas, stream);
 }
 
 extern "C" void mf_triatt_backward_cuda(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dout,
                                         const void *saved, const bf16 *z, const uint8_t *pm,
                                         const mf_triatt_cuda_weights *w, int N, int C, int H,
-                                        int D, int starting, const mf_resdrop_cuda *rd, void *ws,
-                                        size_t ws_bytes, const mf_cuda_blas *blas,
-                                        cudaStream_t stream) {
-  ta_check(w, N, C, H, D, starting, rd);
+                                        int D, int starting, int keep,
+                                        const mf_resdrop_cuda *rd, void *ws, size_t ws_bytes,
+                                        const mf_cuda_blas *blas, cudaStream_t stream) {
+  ta_check(w, N, C, H, D, starting, keep, rd);
   MF_ASSERT(dz && dout && saved && z && ws, "triatt_backward_cuda: NULL argument");
-  ta_backward(dz, g, dout, saved, z, pm, w, N, C, H, D, starting, rd, ws, ws_bytes, blas,
+  ta_backward(dz, g, dout, saved, z, pm, w, N, C, H, D, starting, keep, rd, ws, ws_bytes, blas,
               stream);
 }

@@ -15,9 +15,16 @@
  * transposed copy of z, q, k, v, g, o or their gradients is made.
  *
  * Saved for the backward (mf_triatt_cuda_saved_bytes): LN statistics (fp32), the softmax
- * log-sum-exp (fp32) and the gated attention output (bf16, z order). q, k, v, g and the
- * bias are recomputed from z by the backward (one GEMM): saved is N²·(2·H·D + 4·H + 8)
- * bytes. Transient tensors live in the caller's workspace (mf_triatt_cuda_workspace
+ * log-sum-exp (fp32) and the gated attention output (bf16, z order). With keep = 0, q, k,
+ * v, g and the bias are recomputed from z by the backward (the LayerNorm and one GEMM per
+ * chunk: 0.57 ms of the module's 6.3 ms backward at N = 768, C = 128, H = 4, D = 32 on an
+ * H200, 2026-11-30): saved is
+ * N²·(2·H·D + 4·H + 8) bytes. With keep = 1 the forward writes its projection matrix P
+ * (N², 4·H·D + BP) into the saved buffer instead of the workspace and the backward reads
+ * it: N²·2·(4·H·D + BP) bytes more saved, P's bytes less workspace (at N = 768: saved
+ * 157 → 742 MiB, workspace 1432 → 847 MiB), the same outputs and gradients bit for bit
+ * (both layouts cut the same chunks). keep must be the
+ * same in the saved/workspace sizes, the forward and the backward. Transient tensors live in the caller's workspace (mf_triatt_cuda_workspace
  * bytes), which the forward and the backward may reuse freely between calls: P, the bias,
  * (backward) the gradient matrix dP (N², ldp) into which the attention backward writes
  * dq, dk, dv, dg (its g columns first hold dO, overwritten by dg in place), dbias and the
@@ -62,26 +69,28 @@ typedef struct {
   float *w_o;         /* (C, H·D) */
 } mf_triatt_cuda_grads;
 
-/* Bytes of the saved buffer for N tokens. */
-size_t mf_triatt_cuda_saved_bytes(int N, int C, int H, int D);
+/* Bytes of the saved buffer for N tokens (keep: 0 or 1, see above). */
+size_t mf_triatt_cuda_saved_bytes(int N, int C, int H, int D, int keep);
 /* Bytes of the workspace the forward and the backward take. */
-size_t mf_triatt_cuda_workspace(int N, int C, int H, int D);
+size_t mf_triatt_cuda_workspace(int N, int C, int H, int D, int keep);
 
 /* out (N, N, C) = Δz, or += mask ⊙ Δz with rd; saved filled for the backward;
- * z (N, N, C); pm (N, N) or NULL; starting = 1 (Alg 14) or 0 (ending node, Alg 15). */
+ * z (N, N, C); pm (N, N) or NULL; starting = 1 (Alg 14) or 0 (ending node, Alg 15);
+ * keep = 1: the projections saved for the backward (see above). */
 void mf_triatt_forward_cuda(__nv_bfloat16 *out, void *saved, const __nv_bfloat16 *z,
                             const uint8_t *pm, const mf_triatt_cuda_weights *w, int N, int C,
-                            int H, int D, int starting, const mf_resdrop_cuda *rd, void *ws,
-                            size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream);
+                            int H, int D, int starting, int keep, const mf_resdrop_cuda *rd,
+                            void *ws, size_t ws_bytes, const mf_cuda_blas *blas,
+                            cudaStream_t stream);
 
 /* dz (N, N, C): see the contract above; g: parameter gradients or NULL;
- * dout (N, N, C); saved, z, pm, w, flags as in the forward. */
+ * dout (N, N, C); saved, z, pm, w, flags (keep included) as in the forward. */
 void mf_triatt_backward_cuda(__nv_bfloat16 *dz, const mf_triatt_cuda_grads *g,
                              const __nv_bfloat16 *dout, const void *saved,
                              const __nv_bfloat16 *z, const uint8_t *pm,
                              const mf_triatt_cuda_weights *w, int N, int C, int H, int D,
-                             int starting, const mf_resdrop_cuda *rd, void *ws, size_t ws_bytes,
-                             const mf_cuda_blas *blas, cudaStream_t stream);
+                             int starting, int keep, const mf_resdrop_cuda *rd, void *ws,
+                             size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

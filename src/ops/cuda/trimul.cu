@@ -773,19 +773,25 @@ static size_t saved_carve(tri_saved *s, void *base, int64_t M, int Ch) {
   return cv.used;
 }
 
+/* Chunk staging of R rows (each phase carves only the buffers it uses; NULL otherwise). */
 typedef struct {
+  int64_t R;    /* rows per chunk */
   bf16 *xh;     /* (R, C) LN_in rows */
-  bf16 *P;      /* (R, 4Ch + C) projections, then (R, 4Ch) their gradients */
-  bf16 *y;      /* (R, Ch) LN_out rows */
+  bf16 *P;      /* (R, 4Ch + C) projections, then (R, 4Ch [+ C]) their gradients */
+  bf16 *y;      /* (R, Ch) LN_out rows, or (Ch, ldm(R)) channel-major */
   float *u;     /* (R, C) y·W_zᵀ */
-  float *gl;    /* (R, C) gate logits (backward) */
+  float *gl;    /* (R, C) gate logits, fp32 — or bf16 in the same room (fused path) */
   bf16 *du;     /* (R, C) */
   float *dy;    /* (R, Ch) */
   float *dxh;   /* (R, C) */
+} tri_stage;
+
+typedef struct {
   float *part;  /* (max parts, 2·max(C, Ch)) */
   float *mask;  /* (N, C) dropout mask */
   bf16 *sg;     /* (M, C) σ(x·W_gᵀ) (forward); dgl, the gate-logit gradient (backward) */
   bf16 *dT, *dA, *dB; /* (Ch, ldm) channel-major gradients (backward), ldm = tri_ldm(M) */
+  tri_stage fwd, ph1, ph3; /* the staging of the unfused forward, backward phases 1 and 3 */
 } tri_ws;
 
 /* Rows per chunk: mf_fusion_chunk_rows (a multiple of 256, or M, unless a test overrides
@@ -797,26 +803,64 @@ static int64_t tri_chunk(int64_t M, int C, int Ch) {
   return R < M ? R : M;
 }
 
-static size_t ws_carve(tri_ws *w, void *base, int N, int C, int Ch) {
+/* The staging sets. TRI_FWD: the unfused forward (xh, P, y, u); TRI_PH1: the backward's
+ * phase 1 (fused: gl as bf16, du, y, u, dy; unfused: xh, gl fp32, y, u, du, dy); TRI_PH3:
+ * its phase 3 (xh, P, dxh). */
+enum { TRI_FWD, TRI_PH1, TRI_PH3 };
+static size_t stage_carve(tri_stage *st, void *base, int64_t R, int C, int Ch, int set, int fused) {
+  mf_carver cv = {(char *)base, 0};
+  memset(st, 0, sizeof *st);
+  st->R = R;
+  const size_t rc = (size_t)R * C, rh = (size_t)R * Ch;
+  if (set == TRI_FWD || set == TRI_PH3 || !fused) st->xh = (bf16 *)mf_carve(&cv, rc * sizeof(bf16));
+  if (set != TRI_PH1) st->P = (bf16 *)mf_carve(&cv, (size_t)R * (4 * Ch + C) * sizeof(bf16));
+  if (set != TRI_PH3) st->y = (bf16 *)mf_carve(&cv, (size_t)tri_ldm(R) * Ch * sizeof(bf16));
+  /* u: PH1's fused path too, for the chunks that trimul_out_bwd_wg does not take */
+  if (set != TRI_PH3) st->u = (float *)mf_carve(&cv, rc * sizeof(float));
+  if (set == TRI_PH1) {
+    st->gl = (float *)mf_carve(&cv, rc * (fused ? sizeof(bf16) : sizeof(float)));
+    st->du = (bf16 *)mf_carve(&cv, rc * sizeof(bf16));
+    st->dy = (float *)mf_carve(&cv, rh * sizeof(float));
+  }
+  if (set == TRI_PH3) st->dxh = (float *)mf_carve(&cv, rc * sizeof(float));
+  return cv.used;
+}
+
+/* [part, mask, sg | dT, extra, dA, dB]: the chunk staging (tri_chunk's rows, as when it
+ * had a region of its own) goes into the gradient planes that are dead in its phase,
+ * widened by the extra region between them: phase 3's into dT | extra (dT is read last in
+ * phase 2), phase 1's into extra | dA | dB (dA, dB are written in phase 2; phase 1 writes
+ * dT), the unfused forward's into all four (the planes are backward-only). extra is what
+ * the largest set needs beyond its planes, over both paths (fused or not: decided per call
+ * from pointers); at N = 768, C = Ch = 128 phase 3's fused set (xh, P, dxh: 2 KiB a row)
+ * needs 252 MiB beyond dT, and the workspace went from 1350 to 822 MiB. */
+static size_t ws_carve(tri_ws *w, void *base, int N, int C, int Ch, int fused) {
   const int64_t M = (int64_t)N * N, R = tri_chunk(M, C, Ch), ldm = tri_ldm(M);
   const int cm = C > Ch ? C : Ch;
   int parts = mf_ln_rows_backward_parts(R);
   if (ln_cm_bwd_parts(R) > parts) parts = ln_cm_bwd_parts(R);
+  const size_t plane = mf_cuda_align((size_t)ldm * Ch * sizeof(bf16));
+  const size_t room[3] = {3 * plane, 2 * plane, plane}; /* FWD, PH1, PH3 without extra */
+  size_t extra = 0;
+  tri_stage st;
+  for (int set = 0; set < 3; set++)
+    for (int f = 0; f < 2; f++) {
+      const size_t b = stage_carve(&st, NULL, R, C, Ch, set, f);
+      if (b > room[set] && b - room[set] > extra) extra = b - room[set];
+    }
+  extra = mf_cuda_align(extra);
   mf_carver cv = {(char *)base, 0};
-  w->xh = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
-  w->P = (bf16 *)mf_carve(&cv, (size_t)R * (4 * Ch + C) * sizeof(bf16));
-  w->y = (bf16 *)mf_carve(&cv, (size_t)tri_ldm(R) * Ch * sizeof(bf16)); /* (R, Ch) or (Ch, ldm(R)) */
-  w->u = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
-  w->gl = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
-  w->du = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
-  w->dy = (float *)mf_carve(&cv, (size_t)R * Ch * sizeof(float));
-  w->dxh = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
   w->part = (float *)mf_carve(&cv, (size_t)parts * 2 * cm * sizeof(float));
   w->mask = (float *)mf_carve(&cv, (size_t)N * C * sizeof(float));
   w->sg = (bf16 *)mf_carve(&cv, (size_t)M * C * sizeof(bf16));
-  w->dT = (bf16 *)mf_carve(&cv, (size_t)ldm * Ch * sizeof(bf16));
-  w->dA = (bf16 *)mf_carve(&cv, (size_t)ldm * Ch * sizeof(bf16));
-  w->dB = (bf16 *)mf_carve(&cv, (size_t)ldm * Ch * sizeof(bf16));
+  char *p0 = base ? (char *)base + cv.used : NULL;
+  w->dT = (bf16 *)mf_carve(&cv, plane);
+  if (extra) mf_carve(&cv, extra);
+  w->dA = (bf16 *)mf_carve(&cv, plane);
+  w->dB = (bf16 *)mf_carve(&cv, plane);
+  stage_carve(&w->fwd, p0, R, C, Ch, TRI_FWD, fused);
+  stage_carve(&w->ph3, p0, R, C, Ch, TRI_PH3, fused);
+  stage_carve(&w->ph1, p0 ? p0 + plane : NULL, R, C, Ch, TRI_PH1, fused);
   return cv.used;
 }
 
@@ -827,7 +871,7 @@ extern "C" size_t mf_trimul_cuda_saved_bytes(int N, int Ch) {
 
 extern "C" size_t mf_trimul_cuda_workspace(int N, int C, int Ch) {
   tri_ws w;
-  return ws_carve(&w, NULL, N, C, Ch);
+  return ws_carve(&w, NULL, N, C, Ch, 1);
 }
 
 static void tri_check(const mf_trimul_cuda_weights *w, int N, int C, int Ch, int outgoing,
@@ -878,13 +922,15 @@ extern "C" void mf_trimul_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
                                        cudaStream_t stream) {
   tri_check(w, N, C, Ch, outgoing, rd);
   MF_ASSERT(out && saved && z && ws, "trimul_forward_cuda: NULL argument");
-  const int64_t M = (int64_t)N * N, R = tri_chunk(M, C, Ch), ldm = tri_ldm(M);
+  const int64_t M = (int64_t)N * N, ldm = tri_ldm(M);
   const int K = 4 * Ch + C;
   tri_saved s;
   saved_carve(&s, saved, M, Ch);
   tri_ws b;
-  MF_ASSERT(ws_carve(&b, NULL, N, C, Ch) <= ws_bytes, "trimul_cuda: workspace too small");
-  ws_carve(&b, ws, N, C, Ch);
+  MF_ASSERT(ws_carve(&b, NULL, N, C, Ch, 0) <= ws_bytes, "trimul_cuda: workspace too small");
+  ws_carve(&b, ws, N, C, Ch, 0); /* the unfused forward's staging (unused by the fused one) */
+  const tri_stage *st = &b.fwd;
+  const int64_t R = st->R;
   if (rd)
     mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
 
@@ -900,11 +946,11 @@ extern "C" void mf_trimul_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
   } else {
     for (int64_t r0 = 0; r0 < M; r0 += R) {
       const int64_t rows = M - r0 < R ? M - r0 : R;
-      mf_ln_rows_cuda(b.xh, s.mu_in + r0, s.rs_in + r0, z + r0 * C, w->ln_in_g, w->ln_in_b,
+      mf_ln_rows_cuda(st->xh, s.mu_in + r0, s.rs_in + r0, z + r0 * C, w->ln_in_g, w->ln_in_b,
                       rows, C, MF_LN_FULL, 0, stream);
-      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, K, C, 1.0f, b.xh, C, w->w_cat, C, 0.0f, b.P,
+      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, K, C, 1.0f, st->xh, C, w->w_cat, C, 0.0f, st->P,
                       MF_GEMM_OUT_BF16, K);
-      launch_gate_fwd(s.a, s.b, b.sg, b.P, pm, M, ldm, r0, rows, C, Ch, stream);
+      launch_gate_fwd(s.a, s.b, b.sg, st->P, pm, M, ldm, r0, rows, C, Ch, stream);
     }
   }
   /* the triangular contraction, per channel */
@@ -922,11 +968,11 @@ extern "C" void mf_trimul_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
   }
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
-    launch_ln_cm(b.y, s.mu_out, s.rs_out, s.t, w->ln_out_g, w->ln_out_b, M, ldm, r0, rows, Ch,
+    launch_ln_cm(st->y, s.mu_out, s.rs_out, s.t, w->ln_out_g, w->ln_out_b, M, ldm, r0, rows, Ch,
                  0, stream);
-    mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, Ch, 1.0f, b.y, Ch, w->w_z, Ch, 0.0f, b.u,
+    mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, Ch, 1.0f, st->y, Ch, w->w_z, Ch, 0.0f, st->u,
                     MF_GEMM_OUT_F32, C);
-    launch_out_fwd(out, b.sg, b.u, dmask, rd ? (int)rd->axis : 0, N, r0, rows, C, stream);
+    launch_out_fwd(out, b.sg, st->u, dmask, rd ? (int)rd->axis : 0, N, r0, rows, C, stream);
   }
 }
 
@@ -942,14 +988,14 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
                                         cudaStream_t stream) {
   tri_check(w, N, C, Ch, outgoing, rd);
   MF_ASSERT(dz && dout && saved && z && ws, "trimul_backward_cuda: NULL argument");
-  const int64_t M = (int64_t)N * N, R = tri_chunk(M, C, Ch), ldm = tri_ldm(M);
+  const int64_t M = (int64_t)N * N, ldm = tri_ldm(M);
   const bf16 *w_g = w->w_cat + (int64_t)4 * Ch * C; /* (C, C) */
   float *dw_cat = G(w_cat), *dw_g = dw_cat ? dw_cat + (int64_t)4 * Ch * C : NULL;
   tri_saved s;
   saved_carve(&s, (void *)saved, M, Ch);
   tri_ws b;
-  MF_ASSERT(ws_carve(&b, NULL, N, C, Ch) <= ws_bytes, "trimul_cuda: workspace too small");
-  ws_carve(&b, ws, N, C, Ch);
+  MF_ASSERT(ws_carve(&b, NULL, N, C, Ch, 1) <= ws_bytes, "trimul_cuda: workspace too small");
+  ws_carve(&b, ws, N, C, Ch, 1); /* the fused path's staging; re-carved below if it cannot run */
   if (rd)
     mf_dropout_mask_cuda(b.mask, N, C, rd->p, rd->seed, rd->stream, stream);
   bf16 *dgl = b.sg; /* (M, C) */
@@ -961,57 +1007,60 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
    * GEMM each for dW_cat (dW_g included) and dx̂ */
   const int K4 = 4 * Ch;
   const int fused_gate_bwd = g_tri_variant == 2 && K % 8 == 0 &&
-                             mf_ln_gemm_wg_supported(C, Ch, 4, MF_LN_FULL, z, b.P, w->w_cat) &&
-                             mf_ln_gemm_wg_supported(C, C, 0, MF_LN_FULL, z, b.gl, w_g) &&
-                             tri_al16(b.P + 2 * Ch) && tri_al16(w->w_cat + (int64_t)2 * Ch * C) &&
+                             mf_ln_gemm_wg_supported(C, Ch, 4, MF_LN_FULL, z, b.ph3.P, w->w_cat) &&
+                             mf_ln_gemm_wg_supported(C, C, 0, MF_LN_FULL, z, b.ph1.gl, w_g) &&
+                             tri_al16(b.ph3.P + 2 * Ch) && tri_al16(w->w_cat + (int64_t)2 * Ch * C) &&
                              tri_al16(b.dA) && tri_al16(b.dB);
+  if (!fused_gate_bwd) ws_carve(&b, ws, N, C, Ch, 0);
+  const tri_stage *p1 = &b.ph1, *p3 = &b.ph3;
 
   /* phase 1, per chunk: out = σ(gl) ⊙ u, u = y·W_zᵀ, y = LN_out(T)
    *   ⇒ du = d⊙σ, dgl = d⊙u⊙σ(1−σ); dW_z += duᵀ·y; dW_g += dglᵀ·x̂; dy = du·W_z;
    *     dT = LN_out backward of dy (channel-major). Variant 2: gl = LN_in(z)·W_gᵀ in bf16 by
    *     one wgmma kernel, dW_g in phase 3 */
-  for (int64_t r0 = 0; r0 < M; r0 += R) {
-    const int64_t rows = M - r0 < R ? M - r0 : R;
-    bf16 *glb = (bf16 *)b.gl; /* variant 2: the gate logits in bf16, in gl's room */
+  const int64_t R1 = p1->R;
+  for (int64_t r0 = 0; r0 < M; r0 += R1) {
+    const int64_t rows = M - r0 < R1 ? M - r0 : R1;
+    bf16 *glb = (bf16 *)p1->gl; /* variant 2: the gate logits in bf16, in gl's room */
     if (fused_gate_bwd) { /* x̂ is not needed here (dW_g waits for phase 3): LN + W_g at once */
       mf_ln_gemm_wg_cuda(glb, NULL, NULL, z + r0 * C, w->ln_in_g, w->ln_in_b, w_g, NULL, NULL,
                          rows, C, C, MF_LN_FULL, 0, stream);
     } else {
-      mf_ln_rows_cuda(b.xh, s.mu_in + r0, s.rs_in + r0, z + r0 * C, w->ln_in_g, w->ln_in_b, rows,
+      mf_ln_rows_cuda(p1->xh, s.mu_in + r0, s.rs_in + r0, z + r0 * C, w->ln_in_g, w->ln_in_b, rows,
                       C, MF_LN_FULL, 1, stream);
-      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, C, 1.0f, b.xh, C, w_g, C, 0.0f, b.gl,
+      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, C, 1.0f, p1->xh, C, w_g, C, 0.0f, p1->gl,
                       MF_GEMM_OUT_F32, C);
     }
     const float *dmask = rd ? b.mask : NULL;
     int y_cm = 0; /* y channel-major (Ch, ldm(R)) from the fused kernel, else rows (R, Ch) */
-    if (fused_gate_bwd && mf_trimul_out_bwd_wg_supported(C, Ch, ldm, r0, b.du, dgl, b.y, s.t, dout,
+    if (fused_gate_bwd && mf_trimul_out_bwd_wg_supported(C, Ch, ldm, r0, p1->du, dgl, p1->y, s.t, dout,
                                                          glb, w->w_z, dmask)) {
       /* y, u = y·W_zᵀ and the gate backward in one wgmma kernel (out_proj_wg.cu): u never
        * goes to HBM */
-      mf_trimul_out_bwd_wg_cuda(b.du, dgl, b.y, tri_ldm(R), s.mu_out, s.rs_out, s.t, ldm,
+      mf_trimul_out_bwd_wg_cuda(p1->du, dgl, p1->y, tri_ldm(R1), s.mu_out, s.rs_out, s.t, ldm,
                                 w->ln_out_g, w->ln_out_b, w->w_z, dout, glb, dmask,
                                 rd ? (int)rd->axis : 0, N, r0, rows, C, Ch, stream);
       y_cm = 1;
     } else {
-      launch_ln_cm(b.y, s.mu_out, s.rs_out, s.t, w->ln_out_g, w->ln_out_b, M, ldm, r0, rows, Ch,
+      launch_ln_cm(p1->y, s.mu_out, s.rs_out, s.t, w->ln_out_g, w->ln_out_b, M, ldm, r0, rows, Ch,
                    1, stream);
-      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, Ch, 1.0f, b.y, Ch, w->w_z, Ch, 0.0f, b.u,
+      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, Ch, 1.0f, p1->y, Ch, w->w_z, Ch, 0.0f, p1->u,
                       MF_GEMM_OUT_F32, C);
-      launch_out_bwd(b.du, dgl, dout, fused_gate_bwd ? NULL : b.gl, glb, b.u, dmask,
+      launch_out_bwd(p1->du, dgl, dout, fused_gate_bwd ? NULL : p1->gl, glb, p1->u, dmask,
                      rd ? (int)rd->axis : 0, N, r0, rows, C, stream);
     }
     if (G(w_z) && y_cm) /* dW_z += duᵀ·y with y stored transposed */
-      mf_gemm_rm_cuda(blas, stream, 1, 1, C, Ch, rows, 1.0f, b.du, C, b.y, tri_ldm(R), 1.0f,
+      mf_gemm_rm_cuda(blas, stream, 1, 1, C, Ch, rows, 1.0f, p1->du, C, p1->y, tri_ldm(R1), 1.0f,
                       G(w_z), MF_GEMM_OUT_F32, Ch);
     else if (G(w_z))
-      mf_gemm_rm_cuda(blas, stream, 1, 0, C, Ch, rows, 1.0f, b.du, C, b.y, Ch, 1.0f, G(w_z),
+      mf_gemm_rm_cuda(blas, stream, 1, 0, C, Ch, rows, 1.0f, p1->du, C, p1->y, Ch, 1.0f, G(w_z),
                       MF_GEMM_OUT_F32, Ch);
     if (dw_g && !fused_gate_bwd) /* variant 2: in phase 3 with dW_cat */
-      mf_gemm_rm_cuda(blas, stream, 1, 0, C, C, rows, 1.0f, dgl + r0 * C, C, b.xh, C, 1.0f, dw_g,
+      mf_gemm_rm_cuda(blas, stream, 1, 0, C, C, rows, 1.0f, dgl + r0 * C, C, p1->xh, C, 1.0f, dw_g,
                       MF_GEMM_OUT_F32, C);
-    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, Ch, C, 1.0f, b.du, C, w->w_z, Ch, 0.0f, b.dy,
+    mf_gemm_rm_cuda(blas, stream, 0, 0, rows, Ch, C, 1.0f, p1->du, C, w->w_z, Ch, 0.0f, p1->dy,
                     MF_GEMM_OUT_F32, Ch);
-    const int parts = launch_ln_cm_bwd(b.dT, b.part, b.dy, s.t, s.mu_out, s.rs_out,
+    const int parts = launch_ln_cm_bwd(b.dT, b.part, p1->dy, s.t, s.mu_out, s.rs_out,
                                        w->ln_out_g, M, ldm, r0, rows, Ch, stream);
     mf_ln_param_grad_reduce_cuda(G(ln_out_g), G(ln_out_b), b.part, parts, Ch, stream);
   }
@@ -1030,37 +1079,38 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
   /* phase 3, per chunk: A = pm⊙σ(ag)⊙ap, B likewise (recomputed projections)
    *   ⇒ dP4 = [dap | dag | dbp | dbg]; dW_cat[0:4Ch] += dP4ᵀ·x̂;
    *     dx̂ = dP4·W_cat[0:4Ch] + dgl·W_g; dz = LN_in backward of dx̂ */
-  for (int64_t r0 = 0; r0 < M; r0 += R) {
-    const int64_t rows = M - r0 < R ? M - r0 : R;
-    mf_ln_rows_cuda(b.xh, s.mu_in + r0, s.rs_in + r0, z + r0 * C, w->ln_in_g, w->ln_in_b, rows,
+  const int64_t R3 = p3->R;
+  for (int64_t r0 = 0; r0 < M; r0 += R3) {
+    const int64_t rows = M - r0 < R3 ? M - r0 : R3;
+    mf_ln_rows_cuda(p3->xh, s.mu_in + r0, s.rs_in + r0, z + r0 * C, w->ln_in_g, w->ln_in_b, rows,
                     C, MF_LN_FULL, 1, stream);
     if (fused_gate_bwd) { /* P ← [dap | dag | dbp | dbg | dgl] straight from z (variant 2) */
       const uint8_t *pmc = pm ? pm + r0 : NULL;
-      mf_ln_gemm_wg_gated_bwd_cuda(b.P, K, b.dA + r0, ldm, NULL, NULL, z + r0 * C, w->ln_in_g,
+      mf_ln_gemm_wg_gated_bwd_cuda(p3->P, K, b.dA + r0, ldm, NULL, NULL, z + r0 * C, w->ln_in_g,
                                    w->ln_in_b, w->w_cat, pmc, rows, C, Ch, MF_LN_FULL, stream);
-      mf_ln_gemm_wg_gated_bwd_cuda(b.P + 2 * Ch, K, b.dB + r0, ldm, NULL, NULL, z + r0 * C,
+      mf_ln_gemm_wg_gated_bwd_cuda(p3->P + 2 * Ch, K, b.dB + r0, ldm, NULL, NULL, z + r0 * C,
                                    w->ln_in_g, w->ln_in_b, w->w_cat + (int64_t)2 * Ch * C, pmc,
                                    rows, C, Ch, MF_LN_FULL, stream);
-      MF_CHECK_CUDA(cudaMemcpy2DAsync(b.P + K4, (size_t)K * 2, dgl + r0 * C, (size_t)C * 2,
+      MF_CHECK_CUDA(cudaMemcpy2DAsync(p3->P + K4, (size_t)K * 2, dgl + r0 * C, (size_t)C * 2,
                                       (size_t)C * 2, (size_t)rows, cudaMemcpyDeviceToDevice, stream));
       if (dw_cat) /* dW_cat (w_g's rows included) += Pᵀ·x̂ */
-        mf_gemm_rm_cuda(blas, stream, 1, 0, K, C, rows, 1.0f, b.P, K, b.xh, C, 1.0f, dw_cat,
+        mf_gemm_rm_cuda(blas, stream, 1, 0, K, C, rows, 1.0f, p3->P, K, p3->xh, C, 1.0f, dw_cat,
                         MF_GEMM_OUT_F32, C);
-      mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, K, 1.0f, b.P, K, w->w_cat, C, 0.0f, b.dxh,
+      mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, K, 1.0f, p3->P, K, w->w_cat, C, 0.0f, p3->dxh,
                       MF_GEMM_OUT_F32, C);
     } else {
-      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, K4, C, 1.0f, b.xh, C, w->w_cat, C, 0.0f, b.P,
+      mf_gemm_rm_cuda(blas, stream, 0, 1, rows, K4, C, 1.0f, p3->xh, C, w->w_cat, C, 0.0f, p3->P,
                       MF_GEMM_OUT_BF16, K4);
-      launch_gate_bwd(b.P, b.dA, b.dB, pm, M, ldm, r0, rows, Ch, stream);
+      launch_gate_bwd(p3->P, b.dA, b.dB, pm, M, ldm, r0, rows, Ch, stream);
       if (dw_cat)
-        mf_gemm_rm_cuda(blas, stream, 1, 0, K4, C, rows, 1.0f, b.P, K4, b.xh, C, 1.0f, dw_cat,
+        mf_gemm_rm_cuda(blas, stream, 1, 0, K4, C, rows, 1.0f, p3->P, K4, p3->xh, C, 1.0f, dw_cat,
                         MF_GEMM_OUT_F32, C);
-      mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, K4, 1.0f, b.P, K4, w->w_cat, C, 0.0f, b.dxh,
+      mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, K4, 1.0f, p3->P, K4, w->w_cat, C, 0.0f, p3->dxh,
                       MF_GEMM_OUT_F32, C);
       mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, C, 1.0f, dgl + r0 * C, C, w_g, C, 1.0f,
-                      b.dxh, MF_GEMM_OUT_F32, C);
+                      p3->dxh, MF_GEMM_OUT_F32, C);
     }
-    mf_ln_rows_backward_cuda(dz + r0 * C, b.part, b.dxh, z + r0 * C, s.mu_in + r0, s.rs_in + r0,
+    mf_ln_rows_backward_cuda(dz + r0 * C, b.part, p3->dxh, z + r0 * C, s.mu_in + r0, s.rs_in + r0,
                              w->ln_in_g, rows, C, MF_LN_FULL, rd ? 1 : 0, stream);
     mf_ln_param_grad_reduce_cuda(G(ln_in_g), G(ln_in_b), b.part, mf_ln_rows_backward_parts(rows),
                                  C, stream);

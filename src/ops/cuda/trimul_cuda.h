@@ -11,7 +11,10 @@
  *   → epilogue out = σ ⊙ u, optionally fused with the residual add and row/column
  *     dropout (mf_resdrop_cuda: out += mask ⊙ Δz).
  * Rows go through in chunks (mf_fusion_chunk_rows, bounded staging, made a multiple of 8
- * rows except the last chunk); only the contraction sees whole tensors. The channel-major
+ * rows except the last chunk); only the contraction sees whole tensors. The chunk staging
+ * lives in the backward's gradient planes that are dead in each phase, plus what it needs
+ * beyond them (mf_trimul_cuda_workspace: 822 MiB at N = 768, C = Ch = 128; 1350 with a
+ * staging region of its own). The channel-major
  * arrays (A, B, T and the backward's dT, dA, dB) have the channel stride ldm = N² rounded
  * up to 8: plane c holds the N×N matrix in its first N² elements, then up to 7 padding
  * elements that no GEMM reads, so every plane starts 16-byte aligned for any N and the
