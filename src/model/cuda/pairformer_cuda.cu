@@ -426,8 +426,10 @@ static int choose_keep(const mf_params_table *t, mf_stack_policy policy, int N_m
   const char *e = getenv("MF_PF_KEEP_PROJ");
   if (e && (e[0] == '0' || e[0] == '1') && e[1] == '\0') return e[0] == '1';
   mf_stack_plan p;
-  if (plan_keep(&p, t, policy, N_max, budget_bytes, 1) != MF_OK) return 0;
-  if (budget_bytes > 0) return 1;
+  int keep = 1; /* the plan only (no refusal message, no search for the largest N) */
+  if (mf_stack_plan_sized(&p, &t->config, t->L, N_max, policy, mf_pf_cuda_sizes, &keep) != MF_OK)
+    return 0;
+  if (budget_bytes > 0) return p.total_bytes <= budget_bytes;
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
     cudaGetLastError();
