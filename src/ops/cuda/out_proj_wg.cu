@@ -180,6 +180,36 @@ static __device__ __forceinline__ void to_layernorm(unsigned char *tile, const t
   }
 }
 
+/* TRI_BWD's LayerNorm with the saved statistics, 16 bytes at a time: thread t takes the
+ * 16-byte chunk j = t % 8 (rows 8j .. 8j + 7) of channel lines t / 8 + 16i, i < 8, reads
+ * it, normalises its 8 values and writes it back (the same arithmetic per element as
+ * to_layernorm; rows past the range get μ = rstd = 0, never stored). to_layernorm's 2-byte
+ * accesses of one row's channels made its short-scoreboard stalls the kernel's largest
+ * (ncu, 2026-11-30). */
+static __device__ __forceinline__ void to_layernorm_saved16(unsigned char *tile, const to_params &p,
+                                                            const float *gb, int64_t m0, int rows,
+                                                            int tid) {
+  const int j = tid & 7;
+  float mu[8], rs[8];
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const int r = 8 * j + k;
+    mu[k] = r < rows ? p.mean[m0 + r] : 0.0f;
+    rs[k] = r < rows ? p.rstd[m0 + r] : 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < TO_C / 16; i++) {
+    const int c = (tid >> 3) + 16 * i;
+    uint4 *q = (uint4 *)(tile + c * 128 + (((j ^ c) & 7) << 4));
+    uint4 v = *q;
+    bf16 *x = (bf16 *)&v;
+    const float g = gb[c], b = gb[TO_C + c];
+#pragma unroll
+    for (int k = 0; k < 8; k++) x[k] = mf_f32_to_bf16((mf_bf16_to_f32(x[k]) - mu[k]) * rs[k] * g + b);
+    *q = v;
+  }
+}
+
 /* TRI_BWD: the tile's LN_out lines to y (Ch, ldy) channel-major, local columns r0 ..: each
  * 16-byte chunk as it lies (8 threads per 128-byte line; a chunk holding the last row
  * carries up to 7 columns past it, inside ldy). */
@@ -291,7 +321,11 @@ static __global__ void __launch_bounds__(128 * TO_NWG, 1) out_proj_wg_kernel(con
     to_bar_wg(wg);
     to_load_e<MODE>(te, p, s, nsub, tid); /* the epilogue's operands (E free since the last one) */
     mf_cp_async_commit();
-    if constexpr (MODE != TO_PLAIN) {
+    if constexpr (MODE == TO_TRI_BWD) {
+      to_layernorm_saved16(tile, p, gb, m0, rows, tid);
+      mf_fence_proxy_async();
+      to_bar_wg(wg); /* x̂ ready for wgmma (and for to_store_y) */
+    } else if constexpr (MODE != TO_PLAIN) {
       to_layernorm<MODE>(tile, p, gb, m0, rows, r, hf);
       mf_fence_proxy_async();
       to_bar_wg(wg); /* x̂ ready for wgmma (and for to_store_y) */
