@@ -41,8 +41,10 @@
  * lines hold and never stored. Deterministic. Without the
  * LayerNorm (PLAIN) the tile is the 64 rows of o as they lie (two K-major blocks of 64
  * channels, 128-byte rows swizzled), the GEMM's A operand as it is. TRI_BWD reads mean,
- * rstd instead of summing and copies the normalised tile to y channel-major (its lines as
- * they lie) while the GEMM runs. */
+ * rstd instead of summing — and so normalises 16-byte pieces (8 rows of a channel line)
+ * rather than a row's channels 2 bytes at a time (to_layernorm_saved16: the trimul backward
+ * 3.01 → 2.97 ms at N = 768) — and copies the normalised tile to y channel-major (its lines
+ * as they lie) while the GEMM runs. */
 #include "ln_gemm_cuda.h"
 
 #include "fusion_util.cuh"
