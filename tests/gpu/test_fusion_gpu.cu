@@ -25,7 +25,9 @@
  * (NULL) must reproduce the full call's bits for the gradients it computes. The LayerNorm
  * row kernels (mf_ln_rows_cuda and its backward) are also tested alone, and they and the
  * residual + dropout kernels must match their generic variants (set_variant(0)) bit for
- * bit. Needs a GPU;
+ * bit. The GEMM + LayerNorm backward kernel (gemm_ln_bwd_wg.cu, which the trimul's phase 3
+ * runs at C = 128) is tested alone against the double reference beside the cuBLAS + row
+ * kernel path it replaced, and two trimul cases run with it switched off. Needs a GPU;
  * not a benchmark. */
 #include <math.h>
 #include <stdio.h>
@@ -36,6 +38,7 @@
 #include "ops/cuda/device.h"
 #include "ops/cuda/dropout_cuda.h"
 #include "ops/cuda/gemm_cuda.h"
+#include "ops/cuda/gemm_ln_bwd_cuda.h"
 #include "ops/cuda/gpu.h"
 #include "ops/cuda/ln_gemm_bwd_cuda.h"
 #include "ops/cuda/ln_gemm_cuda.h"
@@ -670,6 +673,90 @@ static void test_ln_rows(int64_t M, int C, mf_ln_mode mode, int accumulate, uint
   mf_test_free_all();
 }
 
+/* ================================================================ GEMM + LayerNorm backward */
+
+/* mf_gemm_ln_bwd_cuda (gemm_ln_bwd_wg.cu) alone: dinp = LN backward of d·w, with d (M, lda)
+ * of which K columns are used and w (K, 128), against the CPU reference in double (the
+ * product in double, then mf_layernorm_backward); dinp assigned or added, dγ/dβ through
+ * the partial rows and mf_ln_param_grad_reduce_cuda; run twice, bit-identical. Then the
+ * path it replaced (cuBLAS into fp32 dx̂, mf_ln_rows_backward_cuda) against the same
+ * reference, so both stay within the tolerance. */
+static void test_gemm_ln_bwd(int64_t M, int K, int64_t lda, mf_ln_mode mode, int accumulate,
+                             uint64_t seed) {
+  const int C = 128;
+  char what[160], w2[256];
+  double *x = mf_test_alloc(M * C), *g = mf_test_alloc(C), *b = mf_test_alloc(C);
+  double *d = mf_test_alloc(M * lda), *w = mf_test_alloc((int64_t)K * C);
+  double *dxh = mf_test_alloc(M * C), *dx0 = mf_test_alloc(M * C), *y = mf_test_alloc(M * C);
+  double *mean = mf_test_alloc(M), *rstd = mf_test_alloc(M);
+  double *dx = mf_test_alloc(M * C), *dg = mf_test_alloc(C), *db = mf_test_alloc(C);
+  rand_bf16(x, M * C, seed + 1, 1.5, 0.3);
+  rand_bf16(g, C, seed + 2, 0.2, 1.0);
+  rand_bf16(b, C, seed + 3, 0.2, 0.0);
+  rand_bf16(d, M * lda, seed + 4, 1.0, 0.0);
+  rand_bf16(w, (int64_t)K * C, seed + 5, 1.0 / sqrt((double)K), 0.0);
+  rand_bf16(dx0, M * C, seed + 6, 1.0, 0.0);
+  for (int64_t r = 0; r < M; r++)
+    for (int c = 0; c < C; c++) {
+      double acc = 0.0;
+      for (int k = 0; k < K; k++) acc += d[r * lda + k] * w[(int64_t)k * C + c];
+      dxh[r * C + c] = acc;
+    }
+  memset(dg, 0, (size_t)C * sizeof(double));
+  memset(db, 0, (size_t)C * sizeof(double));
+  mf_layernorm_forward(y, mean, rstd, x, g, b, M, C, mode);
+  mf_layernorm_backward(dx, dg, db, dxh, mean, rstd, x, g, M, C, mode);
+  if (accumulate)
+    for (int64_t i = 0; i < M * C; i++) dx[i] += dx0[i];
+  mf_bf16_t *x_d = to_bf16(x, M * C), *g_d = to_bf16(g, C), *d_d = to_bf16(d, M * lda);
+  mf_bf16_t *w_d = to_bf16(w, (int64_t)K * C), *dx_d = (mf_bf16_t *)dev_alloc(M * C * 2);
+  float *mean_d = to_f32(mean, M), *rstd_d = to_f32(rstd, M), *dxh_d = (float *)dev_alloc(M * C * 4);
+  const int parts = mf_ln_rows_backward_parts(M);
+  float *part_d = (float *)dev_alloc((size_t)parts * 2 * C * 4);
+  float *dg_d = (float *)dev_alloc(C * 4), *db_d = (float *)dev_alloc(C * 4);
+  snprintf(what, sizeof what, "gemm_ln_bwd M=%lld K=%d lda=%lld %s%s", (long long)M, K,
+           (long long)lda, mode_name(mode), accumulate ? " dx+=" : "");
+  MF_TEST(mf_gemm_ln_bwd_supported(K, lda, C, mode, d_d, w_d, x_d, dx_d), "%s: supported", what);
+  raw_set runs[2] = {};
+  for (int run = 0; run < 3; run++) { /* 0, 1: the kernel; 2: cuBLAS + the row kernel */
+    if (accumulate) up_bf16(dx_d, dx0, M * C);
+    else poison(dx_d, M * C * 2);
+    poison(part_d, (size_t)parts * 2 * C * 4);
+    MF_CHECK_CUDA(cudaMemset(dg_d, 0, C * 4));
+    MF_CHECK_CUDA(cudaMemset(db_d, 0, C * 4));
+    int np = 0;
+    if (run < 2) {
+      np = mf_gemm_ln_bwd_cuda(dx_d, accumulate, part_d, d_d, lda, w_d, K, x_d, mean_d, rstd_d,
+                               g_d, M, C, mode, 0);
+      MF_TEST(np == mf_gemm_ln_bwd_parts(M) && np <= parts, "%s: %d partial rows", what, np);
+    } else {
+      mf_gemm_rm_cuda(&g_blas, 0, 0, 0, M, C, K, 1.0f, d_d, lda, w_d, C, 0.0f, dxh_d,
+                      MF_GEMM_OUT_F32, C);
+      mf_ln_rows_backward_cuda(dx_d, part_d, dxh_d, x_d, mean_d, rstd_d, g_d, M, C, mode,
+                               accumulate, 0);
+      np = parts;
+    }
+    mf_ln_param_grad_reduce_cuda(dg_d, db_d, part_d, np, C, 0);
+    MF_CHECK_CUDA(cudaDeviceSynchronize());
+    if (run < 2) {
+      raw_add(&runs[run], dx_d, M * C * 2);
+      raw_add(&runs[run], dg_d, C * 4);
+      raw_add(&runs[run], db_d, C * 4);
+    }
+    if (run == 1) continue;
+    const char *tag = run ? " [cuBLAS + rows]" : "";
+    snprintf(w2, sizeof w2, "%s%s: dx", what, tag);
+    check_bf16(w2, dx_d, dx, M * C, TOL);
+    snprintf(w2, sizeof w2, "%s%s: dgamma", what, tag);
+    if (mode != MF_LN_NONE) check_f32(w2, dg_d, dg, C, TOL);
+    snprintf(w2, sizeof w2, "%s%s: dbeta", what, tag);
+    if (mode == MF_LN_FULL) check_f32(w2, db_d, db, C, TOL);
+  }
+  end_runs(runs, what);
+  dev_free_all();
+  mf_test_free_all();
+}
+
 /* ================================================================ residual + dropout */
 
 static void test_dropout(int64_t A, int64_t B, int C, mf_dropout_axis axis, double p, uint64_t seed) {
@@ -1044,6 +1131,17 @@ int main(void) {
   test_ln_rows(3, 256, MF_LN_FULL, 1, s += 20);
   test_ln_rows(2, 128, MF_LN_SCALE, 0, s += 20);
 
+  /* GEMM + LayerNorm backward (gemm_ln_bwd_wg.cu): one row; partial 128-row tiles; more
+   * tiles than SMs (several per CTA, the ring across tiles); K of 1, 2 and 3+ steps (the
+   * prefetch distance), K % 64 != 0 (zero-filled columns), lda > K; the trimul's (640)
+   * and triangle attention's (520) widths */
+  test_gemm_ln_bwd(1, 64, 64, MF_LN_FULL, 0, s += 20);
+  test_gemm_ln_bwd(129, 8, 16, MF_LN_SCALE, 1, s += 20);
+  test_gemm_ln_bwd(300, 136, 144, MF_LN_NONE, 0, s += 20);
+  test_gemm_ln_bwd(1000, 520, 520, MF_LN_FULL, 1, s += 20);
+  test_gemm_ln_bwd(17000, 640, 640, MF_LN_FULL, 1, s += 20);
+  test_gemm_ln_bwd(40000, 192, 200, MF_LN_FULL, 0, s += 20);
+
   /* the trimul's chunk staging lives in its dead gradient planes (host-side sizes): at the
    * AF3 sizes the workspace is sg (N², C) + three (Ch, N²) planes + what phase 3's staging
    * (2 KiB a row) needs beyond one plane + the partials and mask (1350 MiB at N = 768 with a
@@ -1111,6 +1209,12 @@ int main(void) {
     test_trimul(33, 128, 128, 0, 1, 0, 256, s += 20);
   }
   mf_trimul_cuda_set_variant(tri_default);
+  /* phase 3 without the GEMM + LayerNorm backward kernel (cuBLAS into fp32 dx̂, then the
+   * row kernel), as before it */
+  const int gl_on = mf_gemm_ln_bwd_set_enabled(0);
+  test_trimul(33, 128, 128, 1, 1, 1, 0, s += 20);
+  test_trimul(65, 128, 128, 0, 1, 1, 1024, s += 20);
+  mf_gemm_ln_bwd_set_enabled(gl_on);
 
   mf_cuda_blas_destroy(&g_blas);
   return mf_test_end();

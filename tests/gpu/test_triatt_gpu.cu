@@ -16,7 +16,8 @@
  * others use the automatic chunking (the staging aliased into the whole-tensor buffers where
  * chunks of at least half the automatic size fit there, else in a region of its own, as at
  * N = 1); two cases at N = 100 per non-default order of the attention forward's CTAs
- * (mf_attention_cuda_set_fwd_order). Last, fwd and bwd milliseconds at N = 384 and
+ * (mf_attention_cuda_set_fwd_order); two cases with the projection backward's dx̂ through
+ * cuBLAS and the row kernel instead of gemm_ln_bwd_wg.cu (mf_gemm_ln_bwd_set_enabled(0)). Last, fwd and bwd milliseconds at N = 384 and
  * 768 (C = 128, H = 4, D = 32) are printed, not asserted, once per CTA order, with the
  * attention core alone on the same shapes for the breakdown (MF_TEST_NO_TIMING=1 skips the timings,
  * MF_TRIATT_BENCH_ONLY=1 runs only them; MF_TRIATT_BENCH_N=2048,3072 times those sizes
@@ -31,6 +32,7 @@
 #include "ops/cuda/device.h"
 #include "ops/cuda/dropout_cuda.h"
 #include "ops/cuda/gemm_cuda.h"
+#include "ops/cuda/gemm_ln_bwd_cuda.h"
 #include "ops/cuda/gpu.h"
 #include "ops/cuda/attention_cuda.h"
 #include "ops/cuda/ln_gemm_cuda.h"
@@ -424,6 +426,12 @@ int main(void) {
       test_triatt(100, 128, 4, 32, 0, 1, CW, 0, s += 20);
     }
     mf_attention_cuda_set_fwd_order(def_order);
+    /* the projection backward's dx̂ through cuBLAS and the row kernel (without
+     * gemm_ln_bwd_wg.cu), as before that kernel */
+    const int gl_on = mf_gemm_ln_bwd_set_enabled(0);
+    test_triatt(33, 128, 4, 32, 1, 1, RW, 0, s += 20);
+    test_triatt(100, 128, 4, 32, 0, 1, CW, 0, s += 20);
+    mf_gemm_ln_bwd_set_enabled(gl_on);
 
     printf("triatt worst relative errors: out %.3g, dz %.3g, parameter gradients %.3g (tol %.1g)\n",
            g_worst[0], g_worst[1], g_worst[2], TOL);

@@ -74,13 +74,6 @@ struct tb_layout {
 static_assert(tb_layout<MF_LGB_SWIGLU>::bytes <= 227 * 1024, "ln_gemm_bwd_wg: shared memory");
 static_assert(tb_layout<MF_LGB_GATED>::bytes <= 227 * 1024, "ln_gemm_bwd_wg: shared memory");
 
-/* 16 bytes global → shared, zero-filled when !ok */
-static __device__ __forceinline__ void tb_cp16(void *dst, const void *src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(mf_smem_u32(dst)), "l"(src),
-               "r"(ok ? 16 : 0)
-               : "memory");
-}
-
 /* Weight chunk j: [W_1; W_2] rows into wab (K-major over C), SWIGLU: W_o[:, j] into wo.
  * O: the width of W_1 (Hd or the gated output width). */
 template <int KIND>
@@ -105,13 +98,6 @@ static __device__ __forceinline__ void tb_load_w(unsigned char *wab, unsigned ch
     }
 }
 
-/* 4 bytes global → shared, zero-filled when !ok */
-static __device__ __forceinline__ void tb_cp4(void *dst, const void *src, bool ok) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(mf_smem_u32(dst)), "l"(src),
-               "r"(ok ? 4 : 0)
-               : "memory");
-}
-
 /* Raw rows of tile t into xs and its dout rows (width W) into ds (both swizzled, C/64 and
  * W/64 blocks), and (mean != NULL) its rows' mean and rstd into st[0..LG_BM) and
  * st[LG_BM..2·LG_BM); rows >= M zero. */
@@ -127,36 +113,25 @@ static __device__ __forceinline__ void tb_load_tile(unsigned char *xs, unsigned 
     const int idx = (int)threadIdx.x + i * TB_THREADS;
     const int r = idx / (TB_C / 8), p = idx % (TB_C / 8);
     const bool ok = m0 + r < M;
-    tb_cp16(xs + (p / 8) * (LG_BM * 128) + mf_sw128_chunk(r, p % 8),
+    lg_cp16z(xs + (p / 8) * (LG_BM * 128) + mf_sw128_chunk(r, p % 8),
             x + (ok ? (m0 + r) * TB_C + p * 8 : 0), ok);
   }
   static_assert(2 * LG_BM == TB_THREADS, "tb_load_tile: one statistic per thread");
   if (mean) {
     const int r = (int)threadIdx.x % LG_BM;
     const bool ok = m0 + r < M;
-    tb_cp4(st + threadIdx.x, ((int)threadIdx.x < LG_BM ? mean : rstd) + (ok ? m0 + r : 0), ok);
+    lg_cp4z(st + threadIdx.x, ((int)threadIdx.x < LG_BM ? mean : rstd) + (ok ? m0 + r : 0), ok);
   }
   for (int idx = (int)threadIdx.x; idx < LG_BM * (W / 8); idx += TB_THREADS) {
     const int r = idx / (W / 8), p = idx % (W / 8);
     const bool ok = m0 + r < M;
-    tb_cp16(ds + (p / 8) * (LG_BM * 128) + mf_sw128_chunk(r, p % 8),
+    lg_cp16z(ds + (p / 8) * (LG_BM * 128) + mf_sw128_chunk(r, p % 8),
             dout + (ok ? (m0 + r) * W + p * 8 : 0), ok);
   }
 }
 
 static __device__ __forceinline__ void tb_bar_wg(int wg) { /* the 128 threads of warpgroup wg */
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-}
-
-/* The 64 rows × 64 columns of a staged block (swizzled) to global rows row0.. (row stride
- * ld elements), rows < nrows; by the 128 threads of a warpgroup (tid 0..127). */
-static __device__ __forceinline__ void tb_store_block(bf16 *dst, int64_t ld, const unsigned char *blk,
-                                                     int nrows, int tid) {
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const int idx = tid + 128 * i, r = idx >> 3, ch = idx & 7;
-    if (r < nrows) *(uint4 *)(dst + r * ld + ch * 8) = *(const uint4 *)(blk + mf_sw128_chunk(r, ch));
-  }
 }
 
 /* The A fragments fr[k0 .. k0 + 3] (64 rows × 64 columns of the warpgroup, bf16 pairs)
@@ -176,28 +151,6 @@ static __device__ __forceinline__ uint32_t tb_pack(float lo, float hi) {
   return *reinterpret_cast<const uint32_t *>(&v);
 }
 
-/* v (32 column terms of this lane's quad position t4) summed over the 8 lanes of equal
- * t4 and scattered: acc[k] += Σ v[4·g8 + k], k < 4 (g8 = lane / 4). Fixed order. */
-static __device__ __forceinline__ void tb_reduce_scatter(const float (&v)[32], float (&acc)[4], int lane) {
-  float w16[16], w8[8];
-  const bool b4 = (lane >> 4) & 1, b3 = (lane >> 3) & 1, b2 = (lane >> 2) & 1;
-#pragma unroll
-  for (int k = 0; k < 16; k++) {
-    const float send = b4 ? v[k] : v[k + 16], keep = b4 ? v[k + 16] : v[k];
-    w16[k] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
-  }
-#pragma unroll
-  for (int k = 0; k < 8; k++) {
-    const float send = b3 ? w16[k] : w16[k + 8], keep = b3 ? w16[k + 8] : w16[k];
-    w8[k] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
-  }
-#pragma unroll
-  for (int k = 0; k < 4; k++) {
-    const float send = b2 ? w8[k] : w8[k + 4], keep = b2 ? w8[k + 4] : w8[k];
-    acc[k] += keep + __shfl_xor_sync(0xffffffffu, send, 4);
-  }
-}
-
 /* O: Hd (SWIGLU) or the gated output width; s1 (M, 2O); s2, dcopy SWIGLU only; mask
  * (M) GATED only, or NULL. */
 template <int KIND>
@@ -214,7 +167,6 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
   constexpr bool SW = KIND == MF_LGB_SWIGLU;
   const int Hd = O, W = SW ? TB_C : O; /* the dout width */
   constexpr int C = TB_C;
-  constexpr float inv_c = 1.0f / (float)C;
   extern __shared__ unsigned char tb_raw[];
   unsigned char *sm = tb_raw + ((1024u - (mf_smem_u32(tb_raw) & 1023u)) & 1023u);
   unsigned char *wab0 = sm + L::wab, *wo0 = sm + L::wo, *ds = sm + L::ds;
@@ -415,13 +367,13 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
         const int64_t r0 = m0 + wg * 64;
         if (s1) tb_stage_frags(stg + 8192, fr, 0, rl, t4);
         tb_bar_wg(wg);
-        if (SW && s2) tb_store_block(s2 + r0 * Hd + jc * TB_HC, Hd, stg, nr, tid);
+        if (SW && s2) lg_store_block64(s2 + r0 * Hd + jc * TB_HC, Hd, stg, nr, tid);
         if (s1) {
-          tb_store_block(s1 + r0 * 2 * Hd + jc * TB_HC, 2 * Hd, stg + 8192, nr, tid);
+          lg_store_block64(s1 + r0 * 2 * Hd + jc * TB_HC, 2 * Hd, stg + 8192, nr, tid);
           tb_bar_wg(wg); /* block 0 read */
           tb_stage_frags(stg, fr, 4, rl, t4);
           tb_bar_wg(wg);
-          tb_store_block(s1 + r0 * 2 * Hd + Hd + jc * TB_HC, 2 * Hd, stg, nr, tid);
+          lg_store_block64(s1 + r0 * 2 * Hd + Hd + jc * TB_HC, 2 * Hd, stg, nr, tid);
         }
       }
       if (dx_on) { /* dy += [da | db]·[W_a; W_b]_j: B = the chunk, MN-major */
@@ -442,89 +394,25 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
     unsigned char *stg = sm + L::stg + wg * L::STG; /* stages dinp: two 64-column blocks */
     if (dinp) tb_bar_wg(wg); /* the group's last stores from stg are done */
     float vg[C / 4], vb[C / 4];
-#pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-      const int rl = ra + 8 * hh;
-      const bool ok = rl < rows;
-      const int64_t r = m0 + (ok ? rl : 0);
-      const float mu = bmu[hh], rs = brs[hh];
-      float xh[C / 4], gv[C / 4], sg = 0.0f, sgx = 0.0f;
-#pragma unroll
-      for (int i = 0; i < C / 8; i++) {
-        const float2 xv = __bfloat1622float2(
-            *(const __nv_bfloat162 *)(xr + (i / 8) * (LG_BM * 128) + mf_sw128(rl, 8 * (i % 8) + 2 * t4)));
-        xh[2 * i] = (xv.x - mu) * rs;
-        xh[2 * i + 1] = (xv.y - mu) * rs;
-        const float2 ga = *(const float2 *)(st + 2 * LG_BM + 8 * i + 2 * t4);
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          gv[2 * i + e] = acc[4 * i + 2 * hh + e] * (e ? ga.y : ga.x);
-          sg += gv[2 * i + e];
-          sgx += gv[2 * i + e] * xh[2 * i + e];
-        }
-      }
-      sg += __shfl_xor_sync(0xffffffffu, sg, 1);
-      sg += __shfl_xor_sync(0xffffffffu, sg, 2);
-      sgx += __shfl_xor_sync(0xffffffffu, sgx, 1);
-      sgx += __shfl_xor_sync(0xffffffffu, sgx, 2);
-      sg *= inv_c;
-      sgx *= inv_c;
-      if (dinp) /* into this warpgroup's staging blocks */
-#pragma unroll
-        for (int i = 0; i < C / 8; i++) {
-          float d0 = rs * (gv[2 * i] - sg - xh[2 * i] * sgx);
-          float d1 = rs * (gv[2 * i + 1] - sg - xh[2 * i + 1] * sgx);
-          if (add && ok) {
-            const float2 o = __bfloat1622float2(*(const __nv_bfloat162 *)(dinp + r * C + 8 * i + 2 * t4));
-            d0 += o.x;
-            d1 += o.y;
-          }
-          *(__nv_bfloat162 *)(stg + (i / 8) * 8192 + mf_sw128(rl - wg * 64, 8 * (i % 8) + 2 * t4)) =
-              __floats2bfloat162_rn(d0, d1);
-        }
-#pragma unroll
-      for (int i = 0; i < C / 8; i++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const float dyv = ok ? acc[4 * i + 2 * hh + e] : 0.0f; /* rows ≥ M: nothing */
-          vg[2 * i + e] = (hh ? vg[2 * i + e] : 0.0f) + dyv * xh[2 * i + e];
-          vb[2 * i + e] = (hh ? vb[2 * i + e] : 0.0f) + dyv;
-        }
-    }
+    lg_ln_bwd_rows<C>(acc, xr, st + 2 * LG_BM, bmu, brs, ra, rows, t4, dinp ? stg : NULL, 8192, wg * 64,
+                      dinp ? dinp + m0 * C : NULL, add, vg, vb);
     if (dinp) {
       const int tid = (int)(threadIdx.x & 127), nr = rows - wg * 64;
       tb_bar_wg(wg); /* dinp staged */
-      tb_store_block(dinp + (m0 + wg * 64) * C, C, stg, nr, tid);
-      tb_store_block(dinp + (m0 + wg * 64) * C + 64, C, stg + 8192, nr, tid);
+      lg_store_block64(dinp + (m0 + wg * 64) * C, C, stg, nr, tid);
+      lg_store_block64(dinp + (m0 + wg * 64) * C + 64, C, stg + 8192, nr, tid);
     }
     if (part) {
       /* column sums over the warp's 16 rows: a reduce-scatter over the 8 lanes of equal t4
        * (xor 16, 8, 4); lane g8 ends with the value slots 4·g8 .. 4·g8 + 3 (n-tiles 2·g8,
        * 2·g8 + 1) */
-      tb_reduce_scatter(vg, pg, lane);
-      tb_reduce_scatter(vb, pb, lane);
+      lg_reduce_scatter32(vg, pg, lane);
+      lg_reduce_scatter32(vb, pb, lane);
     }
   }
   mf_cp_async_wait<0>();
   if (!part) return;
-  /* the 8 warps' partials, summed in warp order: lane (g8, t4) holds columns
-   * 8·(2·g8 + ii) + 2·t4 + e */
-  __syncthreads();
-  float *red = (float *)sm; /* (8 warps, 2C), over the weight buffers (no longer read) */
-#pragma unroll
-  for (int ii = 0; ii < 2; ii++)
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-      const int c = 8 * (2 * g8 + ii) + 2 * t4 + e;
-      red[warp * 2 * C + c] = pg[2 * ii + e];
-      red[warp * 2 * C + C + c] = pb[2 * ii + e];
-    }
-  __syncthreads();
-  for (int c = threadIdx.x; c < 2 * C; c += TB_THREADS) {
-    float s = 0.0f;
-    for (int w = 0; w < 8; w++) s += red[w * 2 * C + c];
-    part[(int64_t)blockIdx.x * 2 * C + c] = s;
-  }
+  lg_cta_part_store<C>((float *)sm, pg, pb, part, warp, lane); /* over the weight buffers */
 }
 
 extern "C" int mf_ln_gemm_bwd_wg_supported(int kind, int C, int O, mf_ln_mode mode) {

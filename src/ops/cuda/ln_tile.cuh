@@ -255,4 +255,148 @@ static inline void lg_check_ln_args(const char *who, mf_ln_mode mode, const void
   MF_ASSERT(mode != MF_LN_FULL || beta, "%s: beta required", who);
 }
 
+/* 16 bytes global → shared, zero-filled when !ok */
+static __device__ __forceinline__ void lg_cp16z(void *dst, const void *src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(mf_smem_u32(dst)), "l"(src),
+               "r"(ok ? 16 : 0)
+               : "memory");
+}
+
+/* 4 bytes global → shared, zero-filled when !ok */
+static __device__ __forceinline__ void lg_cp4z(void *dst, const void *src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(mf_smem_u32(dst)), "l"(src),
+               "r"(ok ? 4 : 0)
+               : "memory");
+}
+
+/* The 64 rows × 64 columns of a staged block (swizzled) to global rows row0.. (row stride
+ * ld elements), rows < nrows; by the 128 threads of a warpgroup (tid 0..127). */
+static __device__ __forceinline__ void lg_store_block64(bf16 *dst, int64_t ld, const unsigned char *blk,
+                                                     int nrows, int tid) {
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int idx = tid + 128 * i, r = idx >> 3, ch = idx & 7;
+    if (r < nrows) *(uint4 *)(dst + r * ld + ch * 8) = *(const uint4 *)(blk + mf_sw128_chunk(r, ch));
+  }
+}
+
+/* v (32 column terms of this lane's quad position t4) summed over the 8 lanes of equal
+ * t4 and scattered: acc[k] += Σ v[4·g8 + k], k < 4 (g8 = lane / 4). Fixed order. */
+static __device__ __forceinline__ void lg_reduce_scatter32(const float (&v)[32], float (&acc)[4], int lane) {
+  float w16[16], w8[8];
+  const bool b4 = (lane >> 4) & 1, b3 = (lane >> 3) & 1, b2 = (lane >> 2) & 1;
+#pragma unroll
+  for (int k = 0; k < 16; k++) {
+    const float send = b4 ? v[k] : v[k + 16], keep = b4 ? v[k + 16] : v[k];
+    w16[k] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+  }
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const float send = b3 ? w16[k] : w16[k + 8], keep = b3 ? w16[k + 8] : w16[k];
+    w8[k] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+  }
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    const float send = b2 ? w8[k] : w8[k + 4], keep = b2 ? w8[k + 4] : w8[k];
+    acc[k] += keep + __shfl_xor_sync(0xffffffffu, send, 4);
+  }
+}
+
+/* The LayerNorm backward of the two rows rl, rl + 8 (tile rows) whose dy = d(x̂) the
+ * thread's accumulator fragments hold (acc[4i + 2hh + e]: row rl + 8hh, column
+ * 8i + 2·t4 + e, i < C/8; the quad's four lanes hold a row's C columns):
+ *   dinp = rstd·(γdy − mean(γdy) − x̂·mean(γdy⊙x̂)),  x̂ = (x − μ)·rstd
+ * with x read from the raw tile xr (C/64 swizzled blocks of LG_BM rows), γ from gam (C
+ * fp32), the rows' statistics in mu[], rs[]. dinp (bf16, + the global row's old value
+ * when add) goes into the swizzled blocks at ob (block stride ob_stride, row rl − orow0)
+ * when ob != NULL; vg, vb receive the thread's column terms dy⊙x̂ and dy summed over its
+ * two rows (rows ≥ rows contribute nothing). dinp_g: row 0 of the tile in global memory
+ * (read only when add). Shared by the wgmma backward kernels (ln_gemm_bwd_wg.cu,
+ * gemm_ln_bwd_wg.cu). */
+template <int C>
+static __device__ __forceinline__ void lg_ln_bwd_rows(const float (&acc)[C / 2], const unsigned char *xr,
+                                                      const float *gam, const float (&mu)[2],
+                                                      const float (&rs)[2], int rl, int rows, int t4,
+                                                      unsigned char *ob, int ob_stride, int orow0,
+                                                      const bf16 *dinp_g, int add, float (&vg)[C / 4],
+                                                      float (&vb)[C / 4]) {
+  constexpr float inv_c = 1.0f / (float)C;
+#pragma unroll
+  for (int hh = 0; hh < 2; hh++) {
+    const int r = rl + 8 * hh;
+    const bool ok = r < rows;
+    float xh[C / 4], gv[C / 4], sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+    for (int i = 0; i < C / 8; i++) {
+      const float2 xv = __bfloat1622float2(
+          *(const __nv_bfloat162 *)(xr + (i / 8) * (LG_BM * 128) + mf_sw128(r, 8 * (i % 8) + 2 * t4)));
+      xh[2 * i] = (xv.x - mu[hh]) * rs[hh];
+      xh[2 * i + 1] = (xv.y - mu[hh]) * rs[hh];
+      const float2 ga = *(const float2 *)(gam + 8 * i + 2 * t4);
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        gv[2 * i + e] = acc[4 * i + 2 * hh + e] * (e ? ga.y : ga.x);
+        sg += gv[2 * i + e];
+        sgx += gv[2 * i + e] * xh[2 * i + e];
+      }
+    }
+    sg += __shfl_xor_sync(0xffffffffu, sg, 1);
+    sg += __shfl_xor_sync(0xffffffffu, sg, 2);
+    sgx += __shfl_xor_sync(0xffffffffu, sgx, 1);
+    sgx += __shfl_xor_sync(0xffffffffu, sgx, 2);
+    sg *= inv_c;
+    sgx *= inv_c;
+    if (ob)
+#pragma unroll
+      for (int i = 0; i < C / 8; i++) {
+        float d0 = rs[hh] * (gv[2 * i] - sg - xh[2 * i] * sgx);
+        float d1 = rs[hh] * (gv[2 * i + 1] - sg - xh[2 * i + 1] * sgx);
+        if (add && ok) {
+          const float2 o =
+              __bfloat1622float2(*(const __nv_bfloat162 *)(dinp_g + (int64_t)r * C + 8 * i + 2 * t4));
+          d0 += o.x;
+          d1 += o.y;
+        }
+        *(__nv_bfloat162 *)(ob + (i / 8) * ob_stride + mf_sw128(r - orow0, 8 * (i % 8) + 2 * t4)) =
+            __floats2bfloat162_rn(d0, d1);
+      }
+#pragma unroll
+    for (int i = 0; i < C / 8; i++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const float dyv = ok ? acc[4 * i + 2 * hh + e] : 0.0f; /* rows ≥ rows: nothing */
+        vg[2 * i + e] = (hh ? vg[2 * i + e] : 0.0f) + dyv * xh[2 * i + e];
+        vb[2 * i + e] = (hh ? vb[2 * i + e] : 0.0f) + dyv;
+      }
+  }
+}
+
+/* The end of a 256-thread (8-warp) kernel that kept dγ/dβ column partials pg, pb per lane
+ * (lg_reduce_scatter32's slots: lane (g8, t4) holds column 8·(2·g8 + ii) + 2·t4 + e at
+ * [2ii + e]):
+ * the 8 warps' values summed in warp order through red (8·2C fp32 of shared memory no
+ * longer in use) into part[blockIdx.x] = [Σ dy⊙x̂ (C) | Σ dy (C)]. Contains __syncthreads:
+ * every thread of the CTA calls it. */
+template <int C>
+static __device__ __forceinline__ void lg_cta_part_store(float *red, const float (&pg)[4],
+                                                         const float (&pb)[4], float *part,
+                                                         int warp, int lane) {
+  const int t4 = lane & 3, g8 = lane >> 2;
+  __syncthreads();
+#pragma unroll
+  for (int ii = 0; ii < 2; ii++)
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const int c = 8 * (2 * g8 + ii) + 2 * t4 + e;
+      red[warp * 2 * C + c] = pg[2 * ii + e];
+      red[warp * 2 * C + C + c] = pb[2 * ii + e];
+    }
+  __syncthreads();
+  for (int c = threadIdx.x; c < 2 * C; c += 256) {
+    float s = 0.0f;
+    for (int w = 0; w < 8; w++) s += red[w * 2 * C + c];
+    part[(int64_t)blockIdx.x * 2 * C + c] = s;
+  }
+}
+
 #endif

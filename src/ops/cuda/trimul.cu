@@ -14,6 +14,7 @@
 #include "trimul_cuda.h"
 
 #include "fusion_util.cuh"
+#include "gemm_ln_bwd_cuda.h"
 #include "ln_gemm_cuda.h"
 #include "ln_linear_cuda.h"
 
@@ -1096,6 +1097,15 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
       if (dw_cat) /* dW_cat (w_g's rows included) += Pᵀ·x̂ */
         mf_gemm_rm_cuda(blas, stream, 1, 0, K, C, rows, 1.0f, p3->P, K, p3->xh, C, 1.0f, dw_cat,
                         MF_GEMM_OUT_F32, C);
+      if (mf_gemm_ln_bwd_enabled() &&
+          mf_gemm_ln_bwd_supported(K, K, C, MF_LN_FULL, p3->P, w->w_cat, z + r0 * C, dz + r0 * C)) {
+        /* dx̂ = P·w_cat and the LayerNorm backward in one kernel: no fp32 dx̂ in HBM */
+        const int parts = mf_gemm_ln_bwd_cuda(dz + r0 * C, rd ? 1 : 0, b.part, p3->P, K, w->w_cat, K,
+                                              z + r0 * C, s.mu_in + r0, s.rs_in + r0, w->ln_in_g,
+                                              rows, C, MF_LN_FULL, stream);
+        mf_ln_param_grad_reduce_cuda(G(ln_in_g), G(ln_in_b), b.part, parts, C, stream);
+        continue;
+      }
       mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, K, 1.0f, p3->P, K, w->w_cat, C, 0.0f, p3->dxh,
                       MF_GEMM_OUT_F32, C);
     } else {

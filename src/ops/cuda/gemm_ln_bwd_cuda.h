@@ -1,0 +1,54 @@
+/* gemm_ln_bwd_cuda.h — the tail of a LayerNorm + projection backward as one kernel (sm_90a):
+ * from the gradient D (rows, K) of a projection's output and its weight W (K, C), C = 128,
+ *   dx̂ = D·W (fp32, on chip)    dinp = the LayerNorm backward of dx̂ (assigned or added)
+ * plus per-CTA partials of dγ, dβ (Σ dx̂⊙x̂, Σ dx̂) for mf_ln_param_grad_reduce_cuda — what
+ * a cuBLAS GEMM into an fp32 (rows, C) buffer followed by mf_ln_rows_backward_cuda did, without
+ * the fp32 buffer's round trip through device memory (1 KB a row at C = 128). Used by the
+ * triangle multiplication's phase 3 (D = [dP4 | dgl], K = 640) and the triangle attention's
+ * projection backward (D = dP, K = 520) when mf_gemm_ln_bwd_enabled(). The weight gradient
+ * dW = Dᵀ·x̂ stays a cuBLAS GEMM in the callers. Not a forward, not the CPU reference. */
+#ifndef MF_OPS_CUDA_GEMM_LN_BWD_CUDA_H
+#define MF_OPS_CUDA_GEMM_LN_BWD_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "ops/layernorm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Whether the kernel takes this call: C = 128, K a positive multiple of 8, lda ≥ K and a
+ * multiple of 8, mode FULL / SCALE / NONE, every pointer 16-byte aligned (dinp may be NULL). */
+int mf_gemm_ln_bwd_supported(int K, int64_t lda, int C, mf_ln_mode mode, const void *d,
+                             const void *w, const void *inp, const void *dinp);
+
+/* Whether the callers use the kernel where it is supported (default 1); set_enabled(v) sets
+ * it for v = 0 / 1 and returns the previous value (v < 0 only reads it). For the tests and
+ * A/B runs; MF_GEMM_LN_BWD=0 in the environment turns it off at the first query. */
+int mf_gemm_ln_bwd_enabled(void);
+int mf_gemm_ln_bwd_set_enabled(int v);
+
+/* Partial rows the kernel writes for `rows` rows: min(⌈rows/128⌉, SMs) ≤
+ * mf_ln_rows_backward_parts(rows), so a buffer sized for the row kernel is large enough. */
+int mf_gemm_ln_bwd_parts(int64_t rows);
+
+/* dinp (rows, C) bf16 (=, or += when add) the LayerNorm backward of dx̂ = d·w, with
+ * d (rows, lda) bf16 (its first K columns), w (K, C) bf16 row-major, inp (rows, C) bf16 the
+ * LayerNorm's input, mean, rstd (rows) its saved statistics, gamma (C) (not read for NONE).
+ * part (mf_gemm_ln_bwd_parts(rows), 2C) fp32 receives [Σ dx̂⊙x̂ | Σ dx̂] per CTA; returns that
+ * count (0 when rows = 0). Deterministic: fixed grid, tiles and summation orders. */
+int mf_gemm_ln_bwd_cuda(__nv_bfloat16 *dinp, int add, float *part, const __nv_bfloat16 *d,
+                        int64_t lda, const __nv_bfloat16 *w, int K, const __nv_bfloat16 *inp,
+                        const float *mean, const float *rstd, const __nv_bfloat16 *gamma,
+                        int64_t rows, int C, mf_ln_mode mode, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,244 @@
+/* gemm_ln_bwd_wg.cu — dinp = LayerNorm backward of (D·W) as one persistent wgmma kernel
+ * (sm_90a, C = 128): the contract of gemm_ln_bwd_cuda.h. It replaces a cuBLAS GEMM into an
+ * fp32 (rows, C) dx̂ buffer and the row kernel that read it back (ln_linear.cu): the
+ * fp32 round trip was 1 KB a row, as much as the GEMM's own input at K = 512.
+ *
+ * A CTA is two warpgroups over 128-row tiles, 64 rows each; the grid is min(tiles, SMs)
+ * and CTA b takes tiles b, b + grid, …. The K dimension is walked in steps of 64 through
+ * a ring of GL_S shared-memory stages, each holding the step's D block (128 rows × 64 k,
+ * K-major, 128-byte swizzle) and W block (64 k rows × 128 n, read MN-major: W is stored
+ * (K, C) row-major, no transposed copy). The ring runs across tiles: a CTA's (tile, step)
+ * pairs form one sequence, and step g + dist is loaded (cp.async by all 256 threads,
+ * columns ≥ K and rows ≥ M zero-filled) while step g computes, so the next tile's first
+ * blocks arrive during this tile's LayerNorm backward. A tile's raw input rows and their
+ * (mean, rstd) ride with its first step into one of two tile buffers.
+ * Per step each warpgroup issues 4 × wgmma m64n128k16 into its 64 × 128 fp32 accumulators
+ * and waits for them. After the tile's last step the LayerNorm backward runs on the
+ * accumulators (lg_ln_bwd_rows, ln_tile.cuh), dinp is written in place over the raw rows
+ * it came from (each thread overwrites exactly the elements it read) and stored 16 bytes
+ * at a time; the dγ/dβ column terms are reduce-scattered into per-lane partials kept
+ * across the CTA's tiles and summed in warp order at the end (lg_cta_part_store). Every
+ * order is fixed, so two runs are bit-identical. Numerics: the products in bf16 with fp32
+ * accumulation (as cuBLAS's), the LayerNorm backward in fp32 as the row kernel's.
+ *
+ * Measured (H200, 2026-11-30, 13:20–13:32 UTC; ncu and A/B runs of the same binary with
+ * MF_GEMM_LN_BWD=0/1): at the trimul's phase-3 chunk (196 608 rows, K = 640, add) 145–147 µs
+ * at 2.4 TB/s (49 % of the device-memory peak; the GEMM and row kernel it replaces took
+ * 0.089 + 0.074 ms); trimul backward at N = 768 2.98 → 2.93 ms, the triangle attention's
+ * module backward 5.71 → 5.65 ms, the block 27.70 → 27.50–27.60 ms. ncu: 8 warps per SM,
+ * 4.4 cycles per issued instruction, L2 at 60 % (every CTA reads all of W per tile). Tried
+ * and slower (same job style): two CTAs per SM (BK = 32, 64-byte-swizzled D, a
+ * register-lean two-pass LayerNorm, 128 registers): 161 µs; the old dinp staged in shared
+ * memory with a single row buffer: 157 µs; separate D (6 stages, 5 ahead) and W (3 stages)
+ * rings: 168 µs; an L2::256B prefetch hint on the D copies: no change. What would move it:
+ * W's L2 traffic (TMA multicast across a CTA pair) and producing D on chip (fusing the
+ * trimul's gated backward that writes it). */
+#include "gemm_ln_bwd_cuda.h"
+
+#include <stdlib.h>
+
+#include "fusion_util.cuh"
+#include "ln_linear_cuda.h"
+#include "ln_tile.cuh"
+#include "wgmma_ptx.cuh"
+
+#define GL_THREADS 256 /* two warpgroups */
+#define GL_C 128       /* the one channel width this kernel takes */
+#define GL_BK 64       /* k per step */
+#define GL_S 4         /* stages of the ring */
+
+/* Shared memory, byte offsets from a 1024-aligned base:
+ *   stage s: the D block (LG_BM rows × 128 B, K-major, 128-byte swizzle) then the W block
+ *            (two 64-column halves of GL_BK rows × 128 B) — 32 KB;
+ *   xs[2]:   a tile's raw input rows, C/64 blocks of (LG_BM rows × 128 B), then its dinp;
+ *   st[2]:   a tile's mean and rstd (LG_BM each, fp32);
+ *   gam:     γ (C fp32). */
+struct gl_layout {
+  static constexpr int DB = LG_BM * 128, WB = GL_BK * 128 * (GL_C / 64), STAGE = DB + WB;
+  static constexpr int XT = (GL_C / 64) * LG_BM * 128, ST = 2 * LG_BM * 4;
+  static constexpr int stages = 0, xs = GL_S * STAGE, st = xs + 2 * XT, gam = st + 2 * ST;
+  static constexpr int bytes = gam + GL_C * 4 + 1024; /* + the alignment slack */
+};
+static_assert(gl_layout::bytes <= 227 * 1024, "gemm_ln_bwd_wg: shared memory");
+static_assert(GL_S * gl_layout::STAGE >= 8 * 2 * GL_C * 4, "gemm_ln_bwd_wg: reduction room");
+
+struct gl_params {
+  bf16 *dinp;        /* (M, C) or NULL */
+  float *part;       /* (grid, 2C) or NULL */
+  const bf16 *d;     /* (M, lda) */
+  const bf16 *w;     /* (K, C) */
+  const bf16 *inp;   /* (M, C) */
+  const float *mean; /* (M) */
+  const float *rstd; /* (M) */
+  int64_t lda, M;
+  int K, add;
+};
+
+/* Step g of this CTA's sequence into stage (g % GL_S): the D and W blocks of k-step g % nk
+ * of its tile g / nk, and on a tile's first step its raw rows and statistics into tile
+ * buffer (g / nk) & 1. Nothing past the CTA's last tile. */
+static __device__ __forceinline__ void gl_load_step(unsigned char *sm, const gl_params &p, int64_t g,
+                                                    int nk, int64_t ntiles) {
+  typedef gl_layout L;
+  const int64_t i = g / nk, t = (int64_t)blockIdx.x + i * gridDim.x;
+  if (t >= ntiles) return;
+  const int ks = (int)(g - i * nk), k0 = ks * GL_BK;
+  const int64_t m0 = t * LG_BM;
+  unsigned char *stage = sm + L::stages + (int)(g % GL_S) * L::STAGE;
+#pragma unroll
+  for (int j = 0; j < LG_BM * 8 / GL_THREADS; j++) { /* D: 128 rows × 8 chunks */
+    const int idx = (int)threadIdx.x + j * GL_THREADS, r = idx >> 3, c = idx & 7;
+    const bool ok = m0 + r < p.M && k0 + 8 * c < p.K;
+    lg_cp16z(stage + mf_sw128_chunk(r, c), p.d + (ok ? (m0 + r) * p.lda + k0 + 8 * c : 0), ok);
+  }
+#pragma unroll
+  for (int j = 0; j < GL_BK * (GL_C / 8) / GL_THREADS; j++) { /* W: 64 rows × 16 chunks */
+    const int idx = (int)threadIdx.x + j * GL_THREADS, r = idx >> 4, c = idx & 15;
+    const bool ok = k0 + r < p.K;
+    lg_cp16z(stage + L::DB + (c >> 3) * (GL_BK * 128) + mf_sw128_chunk(r, c & 7),
+             p.w + (ok ? (int64_t)(k0 + r) * GL_C + 8 * c : 0), ok);
+  }
+  if (ks == 0) {
+    unsigned char *xs = sm + L::xs + (int)(i & 1) * L::XT;
+#pragma unroll
+    for (int j = 0; j < LG_BM * (GL_C / 8) / GL_THREADS; j++) {
+      const int idx = (int)threadIdx.x + j * GL_THREADS, r = idx >> 4, c = idx & 15;
+      const bool ok = m0 + r < p.M;
+      lg_cp16z(xs + (c >> 3) * (LG_BM * 128) + mf_sw128_chunk(r, c & 7),
+               p.inp + (ok ? (m0 + r) * GL_C + 8 * c : 0), ok);
+    }
+    static_assert(2 * LG_BM == GL_THREADS, "gl_load_step: one statistic per thread");
+    const int r = (int)threadIdx.x % LG_BM;
+    const bool ok = m0 + r < p.M;
+    lg_cp4z((float *)(sm + L::st + (int)(i & 1) * L::ST) + threadIdx.x,
+            ((int)threadIdx.x < LG_BM ? p.mean : p.rstd) + (ok ? m0 + r : 0), ok);
+  }
+}
+
+/* Waits until the cp.async group of the step `dist` steps back is complete (dist = the
+ * ring's prefetch distance, 1 .. GL_S − 1). */
+static __device__ __forceinline__ void gl_wait_dist(int dist) {
+  if (dist >= 3) mf_cp_async_wait<2>();
+  else if (dist == 2) mf_cp_async_wait<1>();
+  else mf_cp_async_wait<0>();
+}
+
+static __global__ void __launch_bounds__(GL_THREADS, 1) gl_kernel(const gl_params p, const bf16 *gamma,
+                                                                  int mode) {
+  typedef gl_layout L;
+  constexpr int C = GL_C;
+  extern __shared__ unsigned char gl_raw[];
+  unsigned char *sm = gl_raw + ((1024u - (mf_smem_u32(gl_raw) & 1023u)) & 1023u);
+  float *gam = (float *)(sm + L::gam);
+  const int lane = threadIdx.x & 31, warp = lg_warp_id(), wg = warp >> 2, wl = warp & 3;
+  const int t4 = lane & 3;
+  const int64_t ntiles = (p.M + LG_BM - 1) / LG_BM;
+  const int nk = (p.K + GL_BK - 1) / GL_BK;
+  /* the prefetch distance: at most GL_S − 1 and at most one tile's steps, so that a tile
+   * buffer is refilled only after the tile two back has finished its LayerNorm backward */
+  const int dist = nk < GL_S - 1 ? nk : GL_S - 1;
+  if ((int)threadIdx.x < C)
+    gam[threadIdx.x] = mode == MF_LN_NONE ? 1.0f : mf_bf16_to_f32(gamma[threadIdx.x]);
+  float pg[4] = {0.f, 0.f, 0.f, 0.f}, pb[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int s = 0; s < dist; s++) {
+    gl_load_step(sm, p, s, nk, ntiles);
+    mf_cp_async_commit();
+  }
+  const int ra = wg * 64 + wl * 16 + (lane >> 2); /* this thread's accumulator rows ra, ra + 8 */
+  int64_t g = 0;
+  int i = 0;
+  for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x, i++) {
+    const int64_t m0 = t * LG_BM;
+    const int rows = (int)(p.M - m0 < LG_BM ? p.M - m0 : LG_BM);
+    float acc[C / 2]; /* dx̂: this warpgroup's 64 rows × C */
+#pragma unroll
+    for (int k = 0; k < C / 2; k++) acc[k] = 0.0f;
+    for (int ks = 0; ks < nk; ks++, g++) {
+      gl_wait_dist(dist);
+      mf_fence_proxy_async();
+      __syncthreads(); /* step g is here for everyone; step g − 1's stage is free */
+      gl_load_step(sm, p, g + dist, nk, ntiles);
+      mf_cp_async_commit();
+      const uint32_t su = mf_smem_u32(sm + L::stages + (int)(g % GL_S) * L::STAGE);
+      mf_wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < GL_BK / 16; kk++)
+        mf_wg_ss_n128<1>(acc, mf_wg_desc(su + wg * 64 * 128 + kk * 32),
+                         mf_wg_desc_mn(su + L::DB + kk * 2048, GL_BK * 128), 1);
+      mf_wg_commit();
+      mf_wg_wait<0>();
+      mf_wg_pin(acc);
+    }
+    /* the LayerNorm backward; dinp over the raw rows, then 16-byte stores */
+    unsigned char *xr = sm + L::xs + (i & 1) * L::XT;
+    const float *st = (const float *)(sm + L::st + (i & 1) * L::ST);
+    const float mu[2] = {st[ra], st[ra + 8]}, rs[2] = {st[LG_BM + ra], st[LG_BM + ra + 8]};
+    float vg[C / 4], vb[C / 4];
+    lg_ln_bwd_rows<C>(acc, xr, gam, mu, rs, ra, rows, t4, p.dinp ? xr : NULL, LG_BM * 128, 0,
+                      p.dinp ? p.dinp + m0 * C : NULL, p.add, vg, vb);
+    if (p.dinp) {
+      const int tid = (int)(threadIdx.x & 127), nr = rows - wg * 64;
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); /* the group's rows staged */
+      lg_store_block64(p.dinp + (m0 + wg * 64) * C, C, xr + wg * 64 * 128, nr, tid);
+      lg_store_block64(p.dinp + (m0 + wg * 64) * C + 64, C, xr + LG_BM * 128 + wg * 64 * 128, nr, tid);
+    }
+    if (p.part) {
+      lg_reduce_scatter32(vg, pg, lane);
+      lg_reduce_scatter32(vb, pb, lane);
+    }
+  }
+  mf_cp_async_wait<0>();
+  if (p.part) lg_cta_part_store<C>((float *)(sm + L::stages), pg, pb, p.part, warp, lane);
+}
+
+static int gl_aligned(const void *q) { return ((uintptr_t)q & 15) == 0; }
+
+extern "C" int mf_gemm_ln_bwd_supported(int K, int64_t lda, int C, mf_ln_mode mode, const void *d,
+                                        const void *w, const void *inp, const void *dinp) {
+  if (C != GL_C || K <= 0 || K % 8 || lda < K || lda % 8) return 0;
+  if (mode != MF_LN_FULL && mode != MF_LN_SCALE && mode != MF_LN_NONE) return 0;
+  return d && w && inp && gl_aligned(d) && gl_aligned(w) && gl_aligned(inp) &&
+         (!dinp || gl_aligned(dinp));
+}
+
+static int g_gl_enabled = -1; /* −1: not yet read from the environment */
+
+extern "C" int mf_gemm_ln_bwd_enabled(void) {
+  if (g_gl_enabled < 0) {
+    const char *e = getenv("MF_GEMM_LN_BWD");
+    g_gl_enabled = e && e[0] == '0' ? 0 : 1;
+  }
+  return g_gl_enabled;
+}
+
+extern "C" int mf_gemm_ln_bwd_set_enabled(int v) {
+  const int prev = mf_gemm_ln_bwd_enabled();
+  if (v >= 0) g_gl_enabled = v ? 1 : 0;
+  return prev;
+}
+
+extern "C" int mf_gemm_ln_bwd_parts(int64_t rows) {
+  const int64_t ntiles = (rows + LG_BM - 1) / LG_BM;
+  return (int)(ntiles < mf_sm_count() ? ntiles : mf_sm_count());
+}
+
+extern "C" int mf_gemm_ln_bwd_cuda(bf16 *dinp, int add, float *part, const bf16 *d, int64_t lda,
+                                   const bf16 *w, int K, const bf16 *inp, const float *mean,
+                                   const float *rstd, const bf16 *gamma, int64_t rows, int C,
+                                   mf_ln_mode mode, cudaStream_t stream) {
+  MF_ASSERT(mf_gemm_ln_bwd_supported(K, lda, C, mode, d, w, inp, dinp),
+            "gemm_ln_bwd: unsupported K=%d lda=%lld C=%d mode=%d (or alignment)", K,
+            (long long)lda, C, (int)mode);
+  MF_ASSERT(mean && rstd, "gemm_ln_bwd: mean and rstd required");
+  MF_ASSERT(mode == MF_LN_NONE || gamma, "gemm_ln_bwd: gamma required");
+  if (rows <= 0) return 0;
+  const int grid = mf_gemm_ln_bwd_parts(rows);
+  MF_ASSERT(grid <= mf_ln_rows_backward_parts(rows), "gemm_ln_bwd: %d partial rows for %lld rows",
+            grid, (long long)rows);
+  const gl_params p = {dinp, part, d, w, inp, mean, rstd, lda, rows, K, add ? 1 : 0};
+  const int smem = gl_layout::bytes;
+  MF_CHECK_CUDA(cudaFuncSetAttribute(gl_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  gl_kernel<<<grid, GL_THREADS, smem, stream>>>(p, gamma, (int)mode);
+  MF_CHECK_LAUNCH();
+  return grid;
+}
