@@ -581,6 +581,19 @@ static void test_transition_null(int64_t M, int C, int Hd, mf_ln_mode mode, uint
 
 /* ================================================================ LayerNorm rows */
 
+/* The CPU reference of a LayerNorm backward in double: y, mean, rstd = LN(x) and dx, dg, db
+ * from dy (dg, db zeroed first; dx + dx0 when accumulate). */
+static void ln_ref_backward(double *dx, double *dg, double *db, double *y, double *mean, double *rstd,
+                            const double *x, const double *g, const double *b, const double *dy,
+                            const double *dx0, int64_t M, int C, mf_ln_mode mode, int accumulate) {
+  memset(dg, 0, (size_t)C * sizeof(double));
+  memset(db, 0, (size_t)C * sizeof(double));
+  mf_layernorm_forward(y, mean, rstd, x, g, b, M, C, mode);
+  mf_layernorm_backward(dx, dg, db, dy, mean, rstd, x, g, M, C, mode);
+  if (accumulate)
+    for (int64_t i = 0; i < M * C; i++) dx[i] += dx0[i];
+}
+
 /* The row building blocks alone: mf_ln_rows_cuda (statistics computed, then recomputed from
  * the saved ones) and mf_ln_rows_backward_cuda (dx assigned or added, the γ/β partials
  * reduced) against the CPU LayerNorm; run twice with the default (vectorised where the
@@ -599,12 +612,7 @@ static void test_ln_rows(int64_t M, int C, mf_ln_mode mode, int accumulate, uint
   rand_bf16(b, C, seed + 3, 0.2, 0.0);
   rand_bf16(dy, M * C, seed + 4, 1.0, 0.0);
   rand_bf16(dx0, M * C, seed + 5, 1.0, 0.0);
-  memset(dg, 0, (size_t)C * sizeof(double));
-  memset(db, 0, (size_t)C * sizeof(double));
-  mf_layernorm_forward(y, mean, rstd, x, g, b, M, C, mode);
-  mf_layernorm_backward(dx, dg, db, dy, mean, rstd, x, g, M, C, mode);
-  if (accumulate)
-    for (int64_t i = 0; i < M * C; i++) dx[i] += dx0[i];
+  ln_ref_backward(dx, dg, db, y, mean, rstd, x, g, b, dy, dx0, M, C, mode, accumulate);
   mf_bf16_t *x_d = to_bf16(x, M * C), *g_d = to_bf16(g, C), *b_d = to_bf16(b, C);
   float *dy_d = to_f32(dy, M * C);
   mf_bf16_t *y_d = (mf_bf16_t *)dev_alloc(M * C * 2), *y2_d = (mf_bf16_t *)dev_alloc(M * C * 2);
@@ -702,12 +710,7 @@ static void test_gemm_ln_bwd(int64_t M, int K, int64_t lda, mf_ln_mode mode, int
       for (int k = 0; k < K; k++) acc += d[r * lda + k] * w[(int64_t)k * C + c];
       dxh[r * C + c] = acc;
     }
-  memset(dg, 0, (size_t)C * sizeof(double));
-  memset(db, 0, (size_t)C * sizeof(double));
-  mf_layernorm_forward(y, mean, rstd, x, g, b, M, C, mode);
-  mf_layernorm_backward(dx, dg, db, dxh, mean, rstd, x, g, M, C, mode);
-  if (accumulate)
-    for (int64_t i = 0; i < M * C; i++) dx[i] += dx0[i];
+  ln_ref_backward(dx, dg, db, y, mean, rstd, x, g, b, dxh, dx0, M, C, mode, accumulate);
   mf_bf16_t *x_d = to_bf16(x, M * C), *g_d = to_bf16(g, C), *d_d = to_bf16(d, M * lda);
   mf_bf16_t *w_d = to_bf16(w, (int64_t)K * C), *dx_d = (mf_bf16_t *)dev_alloc(M * C * 2);
   float *mean_d = to_f32(mean, M), *rstd_d = to_f32(rstd, M), *dxh_d = (float *)dev_alloc(M * C * 4);
