@@ -683,18 +683,21 @@ static void test_ln_rows(int64_t M, int C, mf_ln_mode mode, int accumulate, uint
 
 /* ================================================================ GEMM + LayerNorm backward */
 
-/* mf_gemm_ln_bwd_cuda (gemm_ln_bwd_wg.cu) alone: dinp = LN backward of d·w, with d (M, lda)
- * of which K columns are used and w (K, 128), against the CPU reference in double (the
- * product in double, then mf_layernorm_backward); dinp assigned or added, dγ/dβ through
- * the partial rows and mf_ln_param_grad_reduce_cuda; run twice, bit-identical. Then the
- * path it replaced (cuBLAS into fp32 dx̂, mf_ln_rows_backward_cuda) against the same
- * reference, so both stay within the tolerance. */
-static void test_gemm_ln_bwd(int64_t M, int K, int64_t lda, mf_ln_mode mode, int accumulate,
+/* mf_gemm_ln_bwd_cuda (gemm_ln_bwd_wg.cu) alone: dinp = LN backward of d·w (+ d2·w2 when
+ * K2 > 0: the second term), with d (M, lda) of which K columns are used, w (K, 128), d2
+ * (M, K2 + 8) of which K2 columns are used, w2 (K2, 128), against the CPU reference in
+ * double (the products in double, then mf_layernorm_backward); dinp assigned or added,
+ * dγ/dβ through the partial rows and mf_ln_param_grad_reduce_cuda; run twice,
+ * bit-identical. Then the path it replaced (cuBLAS into fp32 dx̂, mf_ln_rows_backward_cuda)
+ * against the same reference, so both stay within the tolerance. */
+static void test_gemm_ln_bwd(int64_t M, int K, int64_t lda, int K2, mf_ln_mode mode, int accumulate,
                              uint64_t seed) {
   const int C = 128;
-  char what[160], w2[256];
+  const int64_t ld2 = K2 + 8;
+  char what[160], w2s[256];
   double *x = mf_test_alloc(M * C), *g = mf_test_alloc(C), *b = mf_test_alloc(C);
   double *d = mf_test_alloc(M * lda), *w = mf_test_alloc((int64_t)K * C);
+  double *d2 = mf_test_alloc(M * ld2), *w2 = mf_test_alloc((int64_t)(K2 ? K2 : 1) * C);
   double *dxh = mf_test_alloc(M * C), *dx0 = mf_test_alloc(M * C), *y = mf_test_alloc(M * C);
   double *mean = mf_test_alloc(M), *rstd = mf_test_alloc(M);
   double *dx = mf_test_alloc(M * C), *dg = mf_test_alloc(C), *db = mf_test_alloc(C);
@@ -704,22 +707,28 @@ static void test_gemm_ln_bwd(int64_t M, int K, int64_t lda, mf_ln_mode mode, int
   rand_bf16(d, M * lda, seed + 4, 1.0, 0.0);
   rand_bf16(w, (int64_t)K * C, seed + 5, 1.0 / sqrt((double)K), 0.0);
   rand_bf16(dx0, M * C, seed + 6, 1.0, 0.0);
+  rand_bf16(d2, M * ld2, seed + 7, 1.0, 0.0);
+  rand_bf16(w2, (int64_t)(K2 ? K2 : 1) * C, seed + 8, 1.0 / sqrt((double)(K2 ? K2 : 1)), 0.0);
   for (int64_t r = 0; r < M; r++)
     for (int c = 0; c < C; c++) {
       double acc = 0.0;
       for (int k = 0; k < K; k++) acc += d[r * lda + k] * w[(int64_t)k * C + c];
+      for (int k = 0; k < K2; k++) acc += d2[r * ld2 + k] * w2[(int64_t)k * C + c];
       dxh[r * C + c] = acc;
     }
   ln_ref_backward(dx, dg, db, y, mean, rstd, x, g, b, dxh, dx0, M, C, mode, accumulate);
   mf_bf16_t *x_d = to_bf16(x, M * C), *g_d = to_bf16(g, C), *d_d = to_bf16(d, M * lda);
   mf_bf16_t *w_d = to_bf16(w, (int64_t)K * C), *dx_d = (mf_bf16_t *)dev_alloc(M * C * 2);
+  mf_bf16_t *d2_d = to_bf16(d2, M * ld2), *w2_d = to_bf16(w2, (int64_t)(K2 ? K2 : 1) * C);
   float *mean_d = to_f32(mean, M), *rstd_d = to_f32(rstd, M), *dxh_d = (float *)dev_alloc(M * C * 4);
   const int parts = mf_ln_rows_backward_parts(M);
   float *part_d = (float *)dev_alloc((size_t)parts * 2 * C * 4);
   float *dg_d = (float *)dev_alloc(C * 4), *db_d = (float *)dev_alloc(C * 4);
-  snprintf(what, sizeof what, "gemm_ln_bwd M=%lld K=%d lda=%lld %s%s", (long long)M, K,
-           (long long)lda, mode_name(mode), accumulate ? " dx+=" : "");
-  MF_TEST(mf_gemm_ln_bwd_supported(K, lda, C, mode, d_d, w_d, x_d, dx_d), "%s: supported", what);
+  const mf_gemm_ln_term terms[2] = {{d_d, lda, w_d, K}, {d2_d, ld2, w2_d, K2}};
+  const int nt = K2 ? 2 : 1;
+  snprintf(what, sizeof what, "gemm_ln_bwd M=%lld K=%d lda=%lld K2=%d %s%s", (long long)M, K,
+           (long long)lda, K2, mode_name(mode), accumulate ? " dx+=" : "");
+  MF_TEST(mf_gemm_ln_bwd_supported(terms, nt, C, mode, x_d, dx_d), "%s: supported", what);
   raw_set runs[2] = {};
   for (int run = 0; run < 3; run++) { /* 0, 1: the kernel; 2: cuBLAS + the row kernel */
     if (accumulate) up_bf16(dx_d, dx0, M * C);
@@ -729,12 +738,15 @@ static void test_gemm_ln_bwd(int64_t M, int K, int64_t lda, mf_ln_mode mode, int
     MF_CHECK_CUDA(cudaMemset(db_d, 0, C * 4));
     int np = 0;
     if (run < 2) {
-      np = mf_gemm_ln_bwd_cuda(dx_d, accumulate, part_d, d_d, lda, w_d, K, x_d, mean_d, rstd_d,
-                               g_d, M, C, mode, 0);
+      np = mf_gemm_ln_bwd_cuda(dx_d, accumulate, part_d, terms, nt, x_d, mean_d, rstd_d, g_d, M, C,
+                               mode, 0);
       MF_TEST(np == mf_gemm_ln_bwd_parts(M) && np <= parts, "%s: %d partial rows", what, np);
     } else {
       mf_gemm_rm_cuda(&g_blas, 0, 0, 0, M, C, K, 1.0f, d_d, lda, w_d, C, 0.0f, dxh_d,
                       MF_GEMM_OUT_F32, C);
+      if (K2)
+        mf_gemm_rm_cuda(&g_blas, 0, 0, 0, M, C, K2, 1.0f, d2_d, ld2, w2_d, C, 1.0f, dxh_d,
+                        MF_GEMM_OUT_F32, C);
       mf_ln_rows_backward_cuda(dx_d, part_d, dxh_d, x_d, mean_d, rstd_d, g_d, M, C, mode,
                                accumulate, 0);
       np = parts;
@@ -748,14 +760,19 @@ static void test_gemm_ln_bwd(int64_t M, int K, int64_t lda, mf_ln_mode mode, int
     }
     if (run == 1) continue;
     const char *tag = run ? " [cuBLAS + rows]" : "";
-    snprintf(w2, sizeof w2, "%s%s: dx", what, tag);
-    check_bf16(w2, dx_d, dx, M * C, TOL);
-    snprintf(w2, sizeof w2, "%s%s: dgamma", what, tag);
-    if (mode != MF_LN_NONE) check_f32(w2, dg_d, dg, C, TOL);
-    snprintf(w2, sizeof w2, "%s%s: dbeta", what, tag);
-    if (mode == MF_LN_FULL) check_f32(w2, db_d, db, C, TOL);
+    snprintf(w2s, sizeof w2s, "%s%s: dx", what, tag);
+    check_bf16(w2s, dx_d, dx, M * C, TOL);
+    snprintf(w2s, sizeof w2s, "%s%s: dgamma", what, tag);
+    if (mode != MF_LN_NONE) check_f32(w2s, dg_d, dg, C, TOL);
+    snprintf(w2s, sizeof w2s, "%s%s: dbeta", what, tag);
+    if (mode == MF_LN_FULL) check_f32(w2s, db_d, db, C, TOL);
   }
   end_runs(runs, what);
+  /* what the kernel refuses: a first term of k % 64 != 0 beside a second, k % 8 != 0 */
+  const mf_gemm_ln_term bad[2] = {{d_d, lda, w_d, 72}, {d2_d, ld2, w2_d, 8}};
+  MF_TEST(!mf_gemm_ln_bwd_supported(bad, 2, C, mode, x_d, dx_d) &&
+              !mf_gemm_ln_bwd_supported(bad + 1, 1, 64, mode, x_d, dx_d),
+          "%s: unsupported shapes refused", what);
   dev_free_all();
   mf_test_free_all();
 }
@@ -1136,14 +1153,17 @@ int main(void) {
 
   /* GEMM + LayerNorm backward (gemm_ln_bwd_wg.cu): one row; partial 128-row tiles; more
    * tiles than SMs (several per CTA, the ring across tiles); K of 1, 2 and 3+ steps (the
-   * prefetch distance), K % 64 != 0 (zero-filled columns), lda > K; the trimul's (640)
-   * and triangle attention's (520) widths */
-  test_gemm_ln_bwd(1, 64, 64, MF_LN_FULL, 0, s += 20);
-  test_gemm_ln_bwd(129, 8, 16, MF_LN_SCALE, 1, s += 20);
-  test_gemm_ln_bwd(300, 136, 144, MF_LN_NONE, 0, s += 20);
-  test_gemm_ln_bwd(1000, 520, 520, MF_LN_FULL, 1, s += 20);
-  test_gemm_ln_bwd(17000, 640, 640, MF_LN_FULL, 1, s += 20);
-  test_gemm_ln_bwd(40000, 192, 200, MF_LN_FULL, 0, s += 20);
+   * prefetch distance), K % 64 != 0 (zero-filled columns), lda > K; the triangle
+   * attention's width (520) */
+  test_gemm_ln_bwd(1, 64, 64, 0, MF_LN_FULL, 0, s += 20);
+  test_gemm_ln_bwd(129, 8, 16, 0, MF_LN_SCALE, 1, s += 20);
+  test_gemm_ln_bwd(300, 136, 144, 0, MF_LN_NONE, 0, s += 20);
+  test_gemm_ln_bwd(1000, 520, 520, 0, MF_LN_FULL, 1, s += 20);
+  test_gemm_ln_bwd(40000, 192, 200, 0, MF_LN_FULL, 0, s += 20);
+  /* two terms (the trimul's dP4·W4 + dgl·W_g: K = 512 + 128), a short and an odd second */
+  test_gemm_ln_bwd(17000, 512, 640, 128, MF_LN_FULL, 1, s += 20);
+  test_gemm_ln_bwd(333, 64, 64, 8, MF_LN_SCALE, 0, s += 20);
+  test_gemm_ln_bwd(1000, 128, 136, 72, MF_LN_FULL, 1, s += 20);
 
   /* the trimul's chunk staging lives in its dead gradient planes (host-side sizes): at the
    * AF3 sizes the workspace is sg (N², C) + three (Ch, N²) planes + what phase 3's staging

@@ -65,13 +65,13 @@ static_assert(GL_S * gl_layout::STAGE >= 8 * 2 * GL_C * 4, "gemm_ln_bwd_wg: redu
 struct gl_params {
   bf16 *dinp;        /* (M, C) or NULL */
   float *part;       /* (grid, 2C) or NULL */
-  const bf16 *d;     /* (M, lda) */
-  const bf16 *w;     /* (K, C) */
+  const bf16 *d[2];  /* (M, ld[j]) the terms' D */
+  const bf16 *w[2];  /* (K[j], C) their W */
   const bf16 *inp;   /* (M, C) */
   const float *mean; /* (M) */
   const float *rstd; /* (M) */
-  int64_t lda, M;
-  int K, add;
+  int64_t ld[2], M;
+  int K[2], nk1, add; /* K[1] = 0: one term; nk1: the first term's k-steps */
 };
 
 /* Step g of this CTA's sequence into stage (g % GL_S): the D and W blocks of k-step g % nk
@@ -82,21 +82,26 @@ static __device__ __forceinline__ void gl_load_step(unsigned char *sm, const gl_
   typedef gl_layout L;
   const int64_t i = g / nk, t = (int64_t)blockIdx.x + i * gridDim.x;
   if (t >= ntiles) return;
-  const int ks = (int)(g - i * nk), k0 = ks * GL_BK;
+  const int ks = (int)(g - i * nk), tm = ks >= p.nk1, k0 = (tm ? ks - p.nk1 : ks) * GL_BK;
+  /* the term this step belongs to (selects, not an indexed parameter array: that went
+   * through a local-memory copy) */
+  const bf16 *d = tm ? p.d[1] : p.d[0], *w = tm ? p.w[1] : p.w[0];
+  const int64_t ld = tm ? p.ld[1] : p.ld[0];
+  const int K = tm ? p.K[1] : p.K[0];
   const int64_t m0 = t * LG_BM;
   unsigned char *stage = sm + L::stages + (int)(g % GL_S) * L::STAGE;
 #pragma unroll
   for (int j = 0; j < LG_BM * 8 / GL_THREADS; j++) { /* D: 128 rows × 8 chunks */
     const int idx = (int)threadIdx.x + j * GL_THREADS, r = idx >> 3, c = idx & 7;
-    const bool ok = m0 + r < p.M && k0 + 8 * c < p.K;
-    lg_cp16z(stage + mf_sw128_chunk(r, c), p.d + (ok ? (m0 + r) * p.lda + k0 + 8 * c : 0), ok);
+    const bool ok = m0 + r < p.M && k0 + 8 * c < K;
+    lg_cp16z(stage + mf_sw128_chunk(r, c), d + (ok ? (m0 + r) * ld + k0 + 8 * c : 0), ok);
   }
 #pragma unroll
   for (int j = 0; j < GL_BK * (GL_C / 8) / GL_THREADS; j++) { /* W: 64 rows × 16 chunks */
     const int idx = (int)threadIdx.x + j * GL_THREADS, r = idx >> 4, c = idx & 15;
-    const bool ok = k0 + r < p.K;
+    const bool ok = k0 + r < K;
     lg_cp16z(stage + L::DB + (c >> 3) * (GL_BK * 128) + mf_sw128_chunk(r, c & 7),
-             p.w + (ok ? (int64_t)(k0 + r) * GL_C + 8 * c : 0), ok);
+             w + (ok ? (int64_t)(k0 + r) * GL_C + 8 * c : 0), ok);
   }
   if (ks == 0) {
     unsigned char *xs = sm + L::xs + (int)(i & 1) * L::XT;
@@ -133,7 +138,7 @@ static __global__ void __launch_bounds__(GL_THREADS, 1) gl_kernel(const gl_param
   const int lane = threadIdx.x & 31, warp = lg_warp_id(), wg = warp >> 2, wl = warp & 3;
   const int t4 = lane & 3;
   const int64_t ntiles = (p.M + LG_BM - 1) / LG_BM;
-  const int nk = (p.K + GL_BK - 1) / GL_BK;
+  const int nk = p.nk1 + (p.K[1] + GL_BK - 1) / GL_BK;
   /* the prefetch distance: at most GL_S − 1 and at most one tile's steps, so that a tile
    * buffer is refilled only after the tile two back has finished its LayerNorm backward */
   const int dist = nk < GL_S - 1 ? nk : GL_S - 1;
@@ -193,12 +198,16 @@ static __global__ void __launch_bounds__(GL_THREADS, 1) gl_kernel(const gl_param
 
 static int gl_aligned(const void *q) { return ((uintptr_t)q & 15) == 0; }
 
-extern "C" int mf_gemm_ln_bwd_supported(int K, int64_t lda, int C, mf_ln_mode mode, const void *d,
-                                        const void *w, const void *inp, const void *dinp) {
-  if (C != GL_C || K <= 0 || K % 8 || lda < K || lda % 8) return 0;
+extern "C" int mf_gemm_ln_bwd_supported(const mf_gemm_ln_term *t, int nt, int C, mf_ln_mode mode,
+                                        const void *inp, const void *dinp) {
+  if (C != GL_C || !t || nt < 1 || nt > 2) return 0;
   if (mode != MF_LN_FULL && mode != MF_LN_SCALE && mode != MF_LN_NONE) return 0;
-  return d && w && inp && gl_aligned(d) && gl_aligned(w) && gl_aligned(inp) &&
-         (!dinp || gl_aligned(dinp));
+  for (int j = 0; j < nt; j++)
+    if (!t[j].d || !t[j].w || t[j].k <= 0 || t[j].k % 8 || t[j].ld < t[j].k || t[j].ld % 8 ||
+        !gl_aligned(t[j].d) || !gl_aligned(t[j].w))
+      return 0;
+  if (nt == 2 && t[0].k % GL_BK) return 0;
+  return inp && gl_aligned(inp) && (!dinp || gl_aligned(dinp));
 }
 
 static int g_gl_enabled = -1; /* −1: not yet read from the environment */
@@ -222,20 +231,36 @@ extern "C" int mf_gemm_ln_bwd_parts(int64_t rows) {
   return (int)(ntiles < mf_sm_count() ? ntiles : mf_sm_count());
 }
 
-extern "C" int mf_gemm_ln_bwd_cuda(bf16 *dinp, int add, float *part, const bf16 *d, int64_t lda,
-                                   const bf16 *w, int K, const bf16 *inp, const float *mean,
-                                   const float *rstd, const bf16 *gamma, int64_t rows, int C,
-                                   mf_ln_mode mode, cudaStream_t stream) {
-  MF_ASSERT(mf_gemm_ln_bwd_supported(K, lda, C, mode, d, w, inp, dinp),
-            "gemm_ln_bwd: unsupported K=%d lda=%lld C=%d mode=%d (or alignment)", K,
-            (long long)lda, C, (int)mode);
+extern "C" int mf_gemm_ln_bwd_cuda(bf16 *dinp, int add, float *part, const mf_gemm_ln_term *t, int nt,
+                                   const bf16 *inp, const float *mean, const float *rstd,
+                                   const bf16 *gamma, int64_t rows, int C, mf_ln_mode mode,
+                                   cudaStream_t stream) {
+  MF_ASSERT(mf_gemm_ln_bwd_supported(t, nt, C, mode, inp, dinp),
+            "gemm_ln_bwd: unsupported terms (%d: k = %d, %d; ld = %lld, %lld), C=%d, mode=%d or "
+            "alignment", nt, t && nt > 0 ? t[0].k : 0, t && nt > 1 ? t[1].k : 0,
+            (long long)(t && nt > 0 ? t[0].ld : 0), (long long)(t && nt > 1 ? t[1].ld : 0), C,
+            (int)mode);
   MF_ASSERT(mean && rstd, "gemm_ln_bwd: mean and rstd required");
   MF_ASSERT(mode == MF_LN_NONE || gamma, "gemm_ln_bwd: gamma required");
   if (rows <= 0) return 0;
   const int grid = mf_gemm_ln_bwd_parts(rows);
   MF_ASSERT(grid <= mf_ln_rows_backward_parts(rows), "gemm_ln_bwd: %d partial rows for %lld rows",
             grid, (long long)rows);
-  const gl_params p = {dinp, part, d, w, inp, mean, rstd, lda, rows, K, add ? 1 : 0};
+  gl_params p = {};
+  p.dinp = dinp;
+  p.part = part;
+  for (int j = 0; j < nt; j++) {
+    p.d[j] = t[j].d;
+    p.w[j] = t[j].w;
+    p.ld[j] = t[j].ld;
+    p.K[j] = t[j].k;
+  }
+  p.inp = inp;
+  p.mean = mean;
+  p.rstd = rstd;
+  p.M = rows;
+  p.nk1 = (t[0].k + GL_BK - 1) / GL_BK;
+  p.add = add ? 1 : 0;
   const int smem = gl_layout::bytes;
   MF_CHECK_CUDA(cudaFuncSetAttribute(gl_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   gl_kernel<<<grid, GL_THREADS, smem, stream>>>(p, gamma, (int)mode);

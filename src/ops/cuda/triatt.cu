@@ -491,12 +491,13 @@ static void ta_backward(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dou
     if (G(w_qkvbg))
       mf_gemm_rm_cuda(blas, stream, 1, 0, ldp, C, rows, 1.0f, dp, ldp, st->xh, C, 1.0f, b.dwpad,
                       MF_GEMM_OUT_F32, C);
+    const mf_gemm_ln_term tq = {dp, ldp, wq, ldp};
     if (mf_gemm_ln_bwd_enabled() &&
-        mf_gemm_ln_bwd_supported(ldp, ldp, C, MF_LN_FULL, dp, wq, z + r0 * C, dz + r0 * C)) {
+        mf_gemm_ln_bwd_supported(&tq, 1, C, MF_LN_FULL, z + r0 * C, dz + r0 * C)) {
       /* dx̂ = dP·w_qkvbg and the LayerNorm backward in one kernel: no fp32 dx̂ in HBM */
-      const int parts = mf_gemm_ln_bwd_cuda(dz + r0 * C, rd ? 1 : 0, st->part, dp, ldp, wq, ldp,
-                                            z + r0 * C, s.mu + r0, s.rs + r0, w->ln_g, rows, C,
-                                            MF_LN_FULL, stream);
+      const int parts = mf_gemm_ln_bwd_cuda(dz + r0 * C, rd ? 1 : 0, st->part, &tq, 1, z + r0 * C,
+                                            s.mu + r0, s.rs + r0, w->ln_g, rows, C, MF_LN_FULL,
+                                            stream);
       mf_ln_param_grad_reduce_cuda(G(ln_g), G(ln_b), st->part, parts, C, stream);
       continue;
     }

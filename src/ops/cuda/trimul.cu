@@ -1092,20 +1092,28 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
       mf_ln_gemm_wg_gated_bwd_cuda(p3->P + 2 * Ch, K, b.dB + r0, ldm, NULL, NULL, z + r0 * C,
                                    w->ln_in_g, w->ln_in_b, w->w_cat + (int64_t)2 * Ch * C, pmc,
                                    rows, C, Ch, MF_LN_FULL, stream);
+      /* dx̂ = dP4·W_cat[0:4Ch] + dgl·W_g and the LayerNorm backward in one kernel
+       * (gemm_ln_bwd_wg.cu): no fp32 dx̂ in HBM and no copy of dgl into P */
+      const mf_gemm_ln_term tt[2] = {{p3->P, K, w->w_cat, K4}, {dgl + r0 * C, C, w_g, C}};
+      if (mf_gemm_ln_bwd_enabled() &&
+          mf_gemm_ln_bwd_supported(tt, 2, C, MF_LN_FULL, z + r0 * C, dz + r0 * C)) {
+        if (dw_cat) { /* dW_cat[0:4Ch] += dP4ᵀ·x̂, dW_g += dglᵀ·x̂ */
+          mf_gemm_rm_cuda(blas, stream, 1, 0, K4, C, rows, 1.0f, p3->P, K, p3->xh, C, 1.0f, dw_cat,
+                          MF_GEMM_OUT_F32, C);
+          mf_gemm_rm_cuda(blas, stream, 1, 0, C, C, rows, 1.0f, dgl + r0 * C, C, p3->xh, C, 1.0f,
+                          dw_g, MF_GEMM_OUT_F32, C);
+        }
+        const int parts = mf_gemm_ln_bwd_cuda(dz + r0 * C, rd ? 1 : 0, b.part, tt, 2, z + r0 * C,
+                                              s.mu_in + r0, s.rs_in + r0, w->ln_in_g, rows, C,
+                                              MF_LN_FULL, stream);
+        mf_ln_param_grad_reduce_cuda(G(ln_in_g), G(ln_in_b), b.part, parts, C, stream);
+        continue;
+      }
       MF_CHECK_CUDA(cudaMemcpy2DAsync(p3->P + K4, (size_t)K * 2, dgl + r0 * C, (size_t)C * 2,
                                       (size_t)C * 2, (size_t)rows, cudaMemcpyDeviceToDevice, stream));
       if (dw_cat) /* dW_cat (w_g's rows included) += Pᵀ·x̂ */
         mf_gemm_rm_cuda(blas, stream, 1, 0, K, C, rows, 1.0f, p3->P, K, p3->xh, C, 1.0f, dw_cat,
                         MF_GEMM_OUT_F32, C);
-      if (mf_gemm_ln_bwd_enabled() &&
-          mf_gemm_ln_bwd_supported(K, K, C, MF_LN_FULL, p3->P, w->w_cat, z + r0 * C, dz + r0 * C)) {
-        /* dx̂ = P·w_cat and the LayerNorm backward in one kernel: no fp32 dx̂ in HBM */
-        const int parts = mf_gemm_ln_bwd_cuda(dz + r0 * C, rd ? 1 : 0, b.part, p3->P, K, w->w_cat, K,
-                                              z + r0 * C, s.mu_in + r0, s.rs_in + r0, w->ln_in_g,
-                                              rows, C, MF_LN_FULL, stream);
-        mf_ln_param_grad_reduce_cuda(G(ln_in_g), G(ln_in_b), b.part, parts, C, stream);
-        continue;
-      }
       mf_gemm_rm_cuda(blas, stream, 0, 0, rows, C, K, 1.0f, p3->P, K, w->w_cat, C, 0.0f, p3->dxh,
                       MF_GEMM_OUT_F32, C);
     } else {
