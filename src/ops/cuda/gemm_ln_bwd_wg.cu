@@ -21,16 +21,19 @@
  * order is fixed, so two runs are bit-identical. Numerics: the products in bf16 with fp32
  * accumulation (as cuBLAS's), the LayerNorm backward in fp32 as the row kernel's.
  *
- * Measured (H200, 2026-11-30, 13:20–13:32 UTC; ncu and A/B runs of the same binary with
- * MF_GEMM_LN_BWD=0/1): at the trimul's phase-3 chunk (196 608 rows, K = 640, add) 145–147 µs
- * at 2.4 TB/s (49 % of the device-memory peak; the GEMM and row kernel it replaces took
- * 0.089 + 0.074 ms); trimul backward at N = 768 2.98 → 2.93 ms, the triangle attention's
- * module backward 5.71 → 5.65 ms, the block 27.70 → 27.50–27.60 ms. ncu: 8 warps per SM,
+ * Measured (H200, 2026-11-30; ncu and A/B runs of the same binary with MF_GEMM_LN_BWD=0/1):
+ * at the trimul's phase-3 chunk (196 608 rows, K = 640, add) 145–147 µs at 2.4 TB/s (49 %
+ * of the device-memory peak; the GEMM and row kernel it replaces took 0.089 + 0.074 ms);
+ * the triangle attention's module backward 5.71 → 5.65 ms; trimul backward at N = 768
+ * 2.98 → 2.93 ms with dgl copied beside dP4 as one term, 2.97 → 2.84 ms with dgl as the
+ * second term (no copy); the block 27.70 → 27.25–27.39 ms. ncu: 8 warps per SM,
  * 4.4 cycles per issued instruction, L2 at 60 % (every CTA reads all of W per tile). Tried
  * and slower (same job style): two CTAs per SM (BK = 32, 64-byte-swizzled D, a
  * register-lean two-pass LayerNorm, 128 registers): 161 µs; the old dinp staged in shared
  * memory with a single row buffer: 157 µs; separate D (6 stages, 5 ahead) and W (3 stages)
- * rings: 168 µs; an L2::256B prefetch hint on the D copies: no change. What would move it:
+ * rings: 168 µs; an L2::256B prefetch hint on the D copies: no change; writing the
+ * LayerNorm output for the callers' dW GEMMs during the first step (dropping their row
+ * pass): block and trimul unchanged within 0.02 ms, not kept. What would move it:
  * W's L2 traffic (TMA multicast across a CTA pair) and producing D on chip (fusing the
  * trimul's gated backward that writes it). */
 #include "gemm_ln_bwd_cuda.h"
