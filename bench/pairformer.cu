@@ -51,6 +51,8 @@
  *   --profile-pass  after each --block size's timing, one more forward + backward between
  *             cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off`
  *             (per-kernel times of exactly one training step of the block).
+ *   MF_ATT_TMA=mask (environment): EvoFlash-3D's TMA kernels (mf_attention_cuda_set_tma),
+ *             for A/B runs of the same binary.
  *   --graph   after each --block size's timing, one forward + backward captured as a CUDA
  *             graph and replayed (--reps + 2 times, the first 2 untimed): the block
  *             without launch gaps, for comparison with the stream timing.
@@ -70,6 +72,7 @@
 #include "model/cuda/pairformer_cuda.h"
 #include "model/params.h"
 #include "model/stack.h"
+#include "ops/cuda/attention_cuda.h"
 #include "ops/cuda/device.h"
 #include "ops/cuda/gpu.h"
 
@@ -682,6 +685,7 @@ int main(int argc, char **argv) {
   }
 
   MF_ASSERT(mf_cuda_init(0) == MF_OK, "%s", mf_error_message());
+  if (getenv("MF_ATT_TMA")) mf_attention_cuda_set_tma(atoi(getenv("MF_ATT_TMA")));
   char gpu[256];
   mf_cuda_describe(gpu, sizeof gpu);
   for (int i = 0; i < 4; i++) MF_CHECK_CUDA(cudaEventCreate(&g_e[i]));

@@ -424,6 +424,14 @@ __device__ __forceinline__ void wg_pm_box(float (&d)[16], const uint32_t a[4][4]
 #pragma unroll
   for (int j = 0; j < 4; j++) mf_wg_rs_n32<1>(d, a[j], mf_wg_desc_sw64(box + j * 1024, 4096, 512), 1);
 }
+/* The same from the box's descriptor (mf_wg_desc_sw64(box, 4096, 512)): the start
+ * address field (bits 0..13: address / 16) advanced by plain adds instead of a mask and a
+ * shift per product (uniform-datapath instructions were a sixth of the TMA kernels' issued
+ * instructions, ncu; dev/cuda/README.md). */
+__device__ __forceinline__ void wg_pm_desc(float (&d)[16], const uint32_t a[4][4], uint64_t desc) {
+#pragma unroll
+  for (int j = 0; j < 4; j++) mf_wg_rs_n32<1>(d, a[j], desc + (uint64_t)(j * 1024 / 16), 1);
+}
 
 /* acc (16, DP) += P (16, 64; C fragments, rounded to bf16 here) · M, M a (64, DP) tile.
  * RS: also acc[DP / 8] (16, 8) += P · 1, the row sums of the rounded P (every column). */
@@ -871,6 +879,8 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
 #pragma unroll
   for (int i = 0; i < 5; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m0 = -INFINITY, m1 = -INFINITY;
+  /* wgmma descriptors of stage 0's K and V boxes (WG) */
+  const uint64_t dk0 = mf_wg_desc_sw64(base, 16, 512), dv0 = mf_wg_desc_sw64(base + TMA_KV, 4096, 512);
   const bool gate_smem = p.gate != NULL && nkb > 0;
   const bf16 *gg = p.gate ? p.gate + vofs(p.sg, b, r, h) : NULL;
   for (int it = 0; it < nkb; it++) {
@@ -897,12 +907,12 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
     const uint8_t *ms = Ms + st * ATT_MS;
 
     float s[8][4];
-    const uint32_t ka = base + st * TMA_STAGE; /* K, then V */
     if constexpr (WG) { /* S = Q·Kᵀ: A (Q) from registers, B the K-major K box */
       float(&s32)[32] = reinterpret_cast<float(&)[32]>(s);
+      const uint64_t dk = dk0 + (uint64_t)(st * (TMA_STAGE / 16)); /* this stage's K box */
       mf_wg_fence();
-      mf_wg_rs_n64<0>(s32, qf[0], mf_wg_desc_sw64(ka, 16, 512), 0);
-      mf_wg_rs_n64<0>(s32, qf[1], mf_wg_desc_sw64(ka + 32, 16, 512), 1);
+      mf_wg_rs_n64<0>(s32, qf[0], dk, 0);
+      mf_wg_rs_n64<0>(s32, qf[1], dk + 32 / 16, 1);
       mf_wg_commit();
       mf_wg_wait<0>();
       mf_wg_pin(s32);
@@ -922,7 +932,7 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
 #pragma unroll
       for (int j = 0; j < 4; j++) pack_a_frag(pa[j], s, j);
       mf_wg_fence();
-      wg_pm_box(o16, pa, ka + TMA_KV);
+      wg_pm_desc(o16, pa, dv0 + (uint64_t)(st * (TMA_STAGE / 16)));
       mf_wg_commit();
 #pragma unroll
       for (int j = 0; j < 4; j++) mma_16816<true>(o[4], pa[j], ATT_BF16_ONES, ATT_BF16_ONES);
@@ -1508,6 +1518,7 @@ __global__ void __launch_bounds__(ATT_THREADS, KQ == 1 ? 4 : 3) dbias_tma_kernel
   /* barriers full[2], empty[2]: as in fwd_tma_kernel (warp 0 refills a stage once all
    * 128 threads have arrived on its empty barrier; no CTA-wide barrier per row) */
   const uint32_t bar = (base + 2 * STG + KQ * ATT_BQ * ATT_BP * 2 + 2 * ATT_MS + 7u) & ~7u, empty = bar + 16;
+  const uint64_t dt0 = mf_wg_desc_sw64(base, 16, 512); /* stage 0's boxes, K-major (WG; wg_pm_desc) */
 
   int64_t idx = blockIdx.x;
   const int nqp = (p.nqb + KQ - 1) / KQ;                 /* groups of KQ query tiles */
@@ -1585,16 +1596,16 @@ __global__ void __launch_bounds__(ATT_THREADS, KQ == 1 ? 4 : 3) dbias_tma_kernel
       const float *ls = reinterpret_cast<const float *>(sb + st * STG + LS) + t * ATT_BQ, *ds = ls + KQ * ATT_BQ;
       float s[8][4], dp[8][4];
       if constexpr (WG) { /* S = Q·Kᵀ, dP = dO·Vᵀ: four wgmma, every operand a K-major TMA box */
-        const uint32_t ta = base + st * STG;
+        const uint64_t dt = dt0 + (uint64_t)(st * (STG / 16)); /* this stage's first box (address / 16) */
         float(&s32)[32] = reinterpret_cast<float(&)[32]>(s);
         float(&dp32)[32] = reinterpret_cast<float(&)[32]>(dp);
         mf_wg_fence();
 #pragma unroll
         for (int kk = 0; kk < 2; kk++) {
-          mf_wg_ss_n64<0>(s32, mf_wg_desc_sw64(ta + t * TMA_KV + 32 * kk, 16, 512),
-                          mf_wg_desc_sw64(ta + 2 * KQ * TMA_KV + 32 * kk, 16, 512), kk);
-          mf_wg_ss_n64<0>(dp32, mf_wg_desc_sw64(ta + (KQ + t) * TMA_KV + 32 * kk, 16, 512),
-                          mf_wg_desc_sw64(ta + (2 * KQ + 1) * TMA_KV + 32 * kk, 16, 512), kk);
+          mf_wg_ss_n64<0>(s32, dt + (uint64_t)((t * TMA_KV + 32 * kk) / 16),
+                          dt + (uint64_t)((2 * KQ * TMA_KV + 32 * kk) / 16), kk);
+          mf_wg_ss_n64<0>(dp32, dt + (uint64_t)(((KQ + t) * TMA_KV + 32 * kk) / 16),
+                          dt + (uint64_t)(((2 * KQ + 1) * TMA_KV + 32 * kk) / 16), kk);
         }
         mf_wg_commit();
         mf_wg_wait<0>();
@@ -2098,6 +2109,10 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
   float4 *Acc = reinterpret_cast<float4 *>(St + ATT_BK * 128); /* [2][4][ND][32] */
   uint8_t *Ms = reinterpret_cast<uint8_t *>(Acc + 2 * ATT_WARPS * ND * 32); /* [KT][ATT_MS]: tile t's */
   const uint32_t bar = (mf_smem_u32(Ms) + KT * ATT_MS + 7u) & ~7u, kvbar = bar + 16; /* stages 0, 1; K|V */
+  /* wgmma descriptors (address field advanced by adds, wg_pm_desc): stage 0's Q box
+   * K-major and MN-major, dSᵀ MN-major, K_0's box MN-major */
+  const uint64_t dqk0 = mf_wg_desc_sw64(base, 16, 512), dqm0 = mf_wg_desc_sw64(base, 4096, 512);
+  const uint64_t dst0 = mf_wg_desc_mn(sta, 8192), dkv0 = mf_wg_desc_sw64(kva, 4096, 512);
 
   const int K = p.K, nqb = p.nqb, nkb = p.nkb, tid = threadIdx.x;
   const int warp = tid / MF_WARP_SIZE, lane = tid % MF_WARP_SIZE;
@@ -2165,7 +2180,8 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
         const bf16 *qs = reinterpret_cast<const bf16 *>(sb + st * STG);
         const float *ls = reinterpret_cast<const float *>(sb + st * STG + 2 * TMA_KV + KT * TMA_BIAS);
         const float *ds = ls + ATT_BQ;
-        const uint32_t qa = base + st * STG, oa = qa + TMA_KV; /* the Q and dO boxes */
+        /* the Q and dO boxes' descriptors: K-major (Sᵀ, dPᵀ) and MN-major (dV, dK) */
+        const uint64_t dqk = dqk0 + (uint64_t)(st * (STG / 16)), dqm = dqm0 + (uint64_t)(st * (STG / 16));
         float c[ND][4]; /* dQ rows it·64 + 16·warp.. of this slab, over the pass's key tiles */
         float(&c16)[16] = reinterpret_cast<float(&)[16]>(c);
         acc_load<ND>(c, kb == 0, [&](int nd) { return Acc[slot(st, nd)]; });
@@ -2179,10 +2195,10 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
           float(&dv16)[16] = reinterpret_cast<float(&)[16]>(dv[t]);
           float(&dk16)[16] = reinterpret_cast<float(&)[16]>(dk[t]);
           mf_wg_fence(); /* Sᵀ = K_t·Qᵀ, dPᵀ = V_t·dOᵀ */
-          mf_wg_rs_n64<0>(s32, kf[t][0], mf_wg_desc_sw64(qa, 16, 512), 0);
-          mf_wg_rs_n64<0>(s32, kf[t][1], mf_wg_desc_sw64(qa + 32, 16, 512), 1);
-          mf_wg_rs_n64<0>(dp32, vf[t][0], mf_wg_desc_sw64(oa, 16, 512), 0);
-          mf_wg_rs_n64<0>(dp32, vf[t][1], mf_wg_desc_sw64(oa + 32, 16, 512), 1);
+          mf_wg_rs_n64<0>(s32, kf[t][0], dqk, 0);
+          mf_wg_rs_n64<0>(s32, kf[t][1], dqk + 32 / 16, 1);
+          mf_wg_rs_n64<0>(dp32, vf[t][0], dqk + TMA_KV / 16, 0);
+          mf_wg_rs_n64<0>(dp32, vf[t][1], dqk + (TMA_KV + 32) / 16, 1);
           mf_wg_commit();
           mf_wg_wait<0>();
           mf_wg_pin(s32);
@@ -2196,16 +2212,16 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
             pack_a_frag(sa[j], dp, j);
           }
           mf_wg_fence(); /* dV_t += Pᵀ·dO, dK_t += dSᵀ·Q */
-          wg_pm_box(dv16, pa, oa);
-          wg_pm_box(dk16, sa, qa);
+          wg_pm_desc(dv16, pa, dqm + TMA_KV / 16);
+          wg_pm_desc(dk16, sa, dqm);
           mf_wg_commit();
           mf_fence_proxy_async(); /* dSᵀ (generic stores) before the wgmma that reads it */
           __syncthreads();        /* dSᵀ complete */
           mf_wg_fence();          /* dQ += dS·K_t: A = dS read MN-major from dSᵀ, B = K_t's box */
 #pragma unroll
           for (int j = 0; j < 4; j++)
-            mf_wg_ss_n32_tt(c16, mf_wg_desc_mn(sta + j * 2048, 8192),
-                            mf_wg_desc_sw64(kva + t * 2 * TMA_KV + j * 1024, 4096, 512), 1);
+            mf_wg_ss_n32_tt(c16, dst0 + (uint64_t)(j * 2048 / 16),
+                            dkv0 + (uint64_t)((t * 2 * TMA_KV + j * 1024) / 16), 1);
           mf_wg_commit();
           mf_wg_wait<0>();
           mf_wg_pin(c16);
