@@ -272,11 +272,14 @@ static int same_bytes(const void *a, const void *b, size_t n) {
  * check compares them bit for bit; and the TMA kernels must have run where they apply
  * (D = 32; the forward: a bias with 16-byte rows; the dbias pass: a bias and R > 1). */
 static int g_tma_ab = 0;
+/* the softmax scale of run_case_mode's cases: g_scale_mul / √D (1 by default: AF3's scale,
+ * which the D = 32 fused pass takes as an immediate; other values take its runtime path) */
+static double g_scale_mul = 1.0;
 
 static void run_case_mode(const att_case *c, int variant, uint64_t seed, int mode) {
   mf_attention_cuda_set_variant(variant);
   const int B = c->B, R = c->R, H = c->H, N = c->N, D = c->D;
-  mf_attn_dims d = {B, R, H, N, N, D, 1.0 / sqrt((double)D)};
+  mf_attn_dims d = {B, R, H, N, N, D, g_scale_mul / sqrt((double)D)};
   const int64_t nq = (int64_t)B * R * H * N * D, nb = (int64_t)B * H * N * N;
   const int64_t nl = (int64_t)B * R * H * N, nm = (int64_t)B * R * N;
   double *q = mf_test_alloc(nq), *k = mf_test_alloc(nq), *v = mf_test_alloc(nq);
@@ -571,6 +574,10 @@ int main(void) {
         if (i < 4) run_case_mode(&wc[i], 0, seed += 100, 1 + i % 2);
       }
       MF_TEST(mf_attention_cuda_tma_calls() > t0, "fused-wg%s: the TMA kernels ran", two ? "2" : "");
+      g_scale_mul = 0.75; /* a scale other than 1/√32: the fused pass's runtime-scale kernel */
+      run_case(&wc[0], 0, seed += 100);
+      run_case_mode(&wc[1], 0, seed += 100, 1);
+      g_scale_mul = 1.0;
     }
     mf_attention_cuda_set_tma(def);
   }

@@ -2096,7 +2096,12 @@ __global__ void __launch_bounds__(ATT_THREADS, minb_dkdv(true, 32, 1)) fused_tma
 #define TW_SMEM_K(KT) (2 * TW_STAGE_K(KT) + 2 * (KT) * TMA_KV + ATT_BK * 128 + 2 * ATT_WARPS * 4 * 32 * 16 + \
                        (KT) * ATT_MS + 3 * 8 + 1024)
 
-template <int KT>
+/* SC32: p.scale is 1/√32 (ATT_SCALE32), AF3's scale at D = 32, and the kernel uses it as an
+ * immediate operand: with 254 registers live, ptxas otherwise reloaded p.scale from the
+ * constant bank (LDC) before nearly every group of logits, 6 % of the pass's issued
+ * instructions (ncu, dev/cuda/README.md). Same arithmetic either way. */
+#define ATT_SCALE32 0.17677669529663687f
+template <int KT, bool SC32 = false>
 __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(att_params p, const __grid_constant__ att_tmaps tm) {
   constexpr bool MMA = true;
   constexpr int DP = 32, ND = DP / 8;
@@ -2115,6 +2120,7 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
   const uint64_t dst0 = mf_wg_desc_mn(sta, 8192), dkv0 = mf_wg_desc_sw64(kva, 4096, 512);
 
   const int K = p.K, nqb = p.nqb, nkb = p.nkb, tid = threadIdx.x;
+  const float scale = SC32 ? ATT_SCALE32 : p.scale;
   const int warp = tid / MF_WARP_SIZE, lane = tid % MF_WARP_SIZE;
   const int64_t nslab = (int64_t)p.B * p.R * p.H;
   float4 *gacc = reinterpret_cast<float4 *>(p.dqacc) + (int64_t)blockIdx.x * nqb * ATT_WARPS * ND * 32;
@@ -2203,7 +2209,7 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
           mf_wg_wait<0>();
           mf_wg_pin(s32);
           mf_wg_pin(dp32);
-          pt_dst_tile<MMA, true>(s, dp, tv_sw128{qs + TMA_KV + t * TMA_BIAS / 2}, ls, ds, kv0[t], kv1[t], p.scale,
+          pt_dst_tile<MMA, true>(s, dp, tv_sw128{qs + TMA_KV + t * TMA_BIAS / 2}, ls, ds, kv0[t], kv1[t], scale,
                                  st_sw128{St}, warp);
           uint32_t pa[4][4], sa[4][4];
 #pragma unroll
@@ -2229,7 +2235,7 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
           mf_wg_pin(dk16);
         }
         if (kb + KT >= nkb) {
-          store_rows<DP>(p.dq + vofs(p.sdq, b, r, h), c, it * ATT_BQ + warp * 16, p.Q, p.D, p.sdq.row, p.scale);
+          store_rows<DP>(p.dq + vofs(p.sdq, b, r, h), c, it * ATT_BQ + warp * 16, p.Q, p.D, p.sdq.row, scale);
         } else {
 #pragma unroll
           for (int nd = 0; nd < ND; nd++) gacc[slot(it, nd)] = make_float4(c[nd][0], c[nd][1], c[nd][2], c[nd][3]);
@@ -2239,7 +2245,7 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
       for (int t = 0; t < KT; t++) {
         if (t >= nt) break;
         const int kt0 = k0 + t * ATT_BK + warp * 16;
-        if (p.dk) store_rows<DP>(p.dk + vofs(p.sdk, b, r, h), dk[t], kt0, K, p.D, p.sdk.row, p.scale);
+        if (p.dk) store_rows<DP>(p.dk + vofs(p.sdk, b, r, h), dk[t], kt0, K, p.D, p.sdk.row, scale);
         if (p.dv) store_rows<DP>(p.dv + vofs(p.sdv, b, r, h), dv[t], kt0, K, p.D, p.sdv.row, 1.f);
       }
     }
@@ -2826,12 +2832,13 @@ static bool fused_tma(const att_params &p, int64_t grid, cudaStream_t stream) {
   if (p.bias && !bias_map(&tm.bias, p)) return false;
   if (grid == 0) return true;
   if (g_tma & MF_ATT_TMA_FUSED_WG) { /* on its own persistent grid */
-    static std::atomic<int> occ_cache[2][ATT_OCC_DEVICES];
-    const bool two = g_tma & MF_ATT_TMA_FUSED_WG2;
-    auto kern = two ? fused_wg_kernel<2> : fused_wg_kernel<1>;
+    static std::atomic<int> occ_cache[4][ATT_OCC_DEVICES];
+    const bool two = g_tma & MF_ATT_TMA_FUSED_WG2, sc = p.scale == ATT_SCALE32;
+    auto kern = two ? (sc ? fused_wg_kernel<2, true> : fused_wg_kernel<2>)
+                    : (sc ? fused_wg_kernel<1, true> : fused_wg_kernel<1>);
     const size_t smem = two ? TW_SMEM_K(2) : TW_SMEM_K(1);
     int64_t slots = 0;
-    MF_ASSERT(occupancy(kern, ATT_THREADS, smem, true, occ_cache[two], &slots) > 0,
+    MF_ASSERT(occupancy(kern, ATT_THREADS, smem, true, occ_cache[2 * two + sc], &slots) > 0,
               "attention: fused_wg_kernel does not fit");
     if (slots < grid) grid = slots; /* the scratch is sized for the default grid, never a larger one */
     kern<<<(unsigned)grid, ATT_THREADS, smem, stream>>>(p, tm);
