@@ -4,7 +4,10 @@ inputs, for triangle attention (H=4, D=32, R=N) and single attention with pair b
 (H=16, D=24, R=1), bf16, no mask. The peer functions themselves (eager with materialised
 logits, torch.compile of it, SDPA with a broadcast bias, FlexAttention with a bias
 score_mod) come from the shared baselines file, imported from the path in $BASELINES
-(default ../shared/bench/tri_attn_baselines.py). Not a correctness test.
+(default ../shared/bench/tri_attn_baselines.py). Variant "trifast" (triangle shapes only)
+runs the trifast package (PyPI: Triton kernels for triangle attention, its default
+autotuning configurations) where it is installed, on its own layout: q, k, v
+(1, H, R, N, D), bias (1, H, N, N), an all-valid mask (1, R, N). Not a correctness test.
 
   python3 bench/evoflash3d_peers.py --tri 256,512 --single 1024 --json peers.json
 """
@@ -26,7 +29,12 @@ spec.loader.exec_module(base)
 fns = {"naive": base.naive, "naive_compiled": base.compiled_naive, "sdpa": base.sdpa}
 if base.flex_fn is not None:
     fns["flex"] = base.flex
-names = {"naive": "eager", "naive_compiled": "eager_compiled", "sdpa": "sdpa", "flex": "flex"}
+names = {"naive": "eager", "naive_compiled": "eager_compiled", "sdpa": "sdpa", "flex": "flex", "trifast": "trifast"}
+try:  # optional peer; the GPU machine gets it as a wheel (BENCHMARKS.md says how)
+    import trifast
+except Exception as e:  # noqa
+    trifast = None
+    print(f"trifast not available: {type(e).__name__}: {e}", flush=True)
 dev = "cuda"
 DT = torch.bfloat16
 
@@ -41,11 +49,28 @@ def make(Bq, H, N, D, seed):
     return q, k, v, b, do
 
 
-def bench(fn, Bq, H, N, D):
+def make_trifast(R, H, N, D, seed):
+    """trifast's layout: q, k, v, dO (1, H, R, N, D), bias (1, H, N, N); the all-valid mask
+    (1, R, N) (True = masked out) travels as the bias tensor's attribute."""
+    g = torch.Generator(device=dev).manual_seed(seed)
+    q, k, v = (torch.randn(1, H, R, N, D, device=dev, dtype=DT, generator=g) for _ in range(3))
+    b = torch.randn(1, H, N, N, device=dev, dtype=DT, generator=g)
+    for t in (q, k, v, b):
+        t.requires_grad_(True)
+    do = torch.randn(1, H, R, N, D, device=dev, dtype=DT, generator=g)
+    b.tf_mask = torch.zeros(1, R, N, device=dev, dtype=torch.bool)
+    return q, k, v, b, do
+
+
+def run_trifast(q, k, v, b):
+    return trifast.triangle_attention(q, k, v, b, b.tf_mask)
+
+
+def bench(fn, Bq, H, N, D, maker=make):
     torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
     base_mem = torch.cuda.memory_allocated()
     try:
-        q, k, v, b, do = make(Bq, H, N, D, N)
+        q, k, v, b, do = maker(Bq, H, N, D, N)
         inputs = torch.cuda.memory_allocated() - base_mem
         for _ in range(2):  # warm-up (compiles)
             o = fn(q, k, v, b); g = torch.autograd.grad(o, (q, k, v, b), do); del o, g
@@ -95,7 +120,10 @@ def main():
     for shape, N, H, D in shapes:
         R = N if shape == "tri" else 1
         for name in args.variants.split(","):
-            if name not in fns:
+            if name == "trifast":
+                if trifast is None or shape != "tri":
+                    continue
+            elif name not in fns:
                 continue
             key = (shape, name)
             if key in dead:
@@ -103,7 +131,7 @@ def main():
             elif time.time() - t0 > args.budget_s:
                 r = {"skipped": "time budget"}
             else:
-                r = bench(fns[name], R, H, N, D)
+                r = bench(run_trifast, R, H, N, D, make_trifast) if name == "trifast" else bench(fns[name], R, H, N, D)
                 if r.get("oom") or r.get("error"):
                     dead.add(key)
             f1 = 4.0 * R * H * N * N * D

@@ -35,7 +35,7 @@ def cell(r):
     return f"{r['ms']:.3g} ms, {r['extra_gib']:.2f} GiB"
 
 
-peer_names = [p for p in ("eager", "eager_compiled", "sdpa", "flex") if any(r["variant"] == p for r in rows)]
+peer_names = [p for p in ("eager", "eager_compiled", "sdpa", "flex", "trifast") if any(r["variant"] == p for r in rows)]
 for shape, title in (("tri", "Triangle attention (H=4, D=32, R=N)"), ("single", "Single attention with pair bias (H=16, D=24, R=1)")):
     Ns = sorted({r["N"] for r in rows if r["shape"] == shape})
     if not Ns:
