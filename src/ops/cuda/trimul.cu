@@ -127,10 +127,10 @@ static __global__ void tri_ln_cm_kernel(bf16 *__restrict__ y, float *__restrict_
   }
 }
 
-/* LN_out backward, channel-major: dT_cm (Ch, ldm) columns m0.. from dy (rows, Ch) fp32,
+/* LN_out backward, channel-major: dT_cm (Ch, ldm) columns m0.. from dy (rows, Ch) bf16,
  * T_cm and the saved statistics; part (gridDim.x, 2Ch) = per-block Σ dy⊙x̂ and Σ dy. */
 static __global__ void tri_ln_cm_bwd_kernel(bf16 *__restrict__ dT_cm, float *__restrict__ part,
-                                     const float *__restrict__ dy, const bf16 *__restrict__ T_cm,
+                                     const bf16 *__restrict__ dy, const bf16 *__restrict__ T_cm,
                                      const float *__restrict__ mean,
                                      const float *__restrict__ rstd,
                                      const bf16 *__restrict__ gamma, int64_t ldm, int64_t m0,
@@ -153,7 +153,7 @@ static __global__ void tri_ln_cm_bwd_kernel(bf16 *__restrict__ dT_cm, float *__r
       const int c = i * MF_WARP_SIZE + lane;
       xh[i] = g[i] = 0.0f;
       if (c < Ch) {
-        const float d = dy[(t0 + r) * Ch + c];
+        const float d = mf_bf16_to_f32(dy[(t0 + r) * Ch + c]);
         xh[i] = (tile[c * (TRI_TM + 1) + r] - mu) * rs;
         g[i] = d * mf_bf16_to_f32(gamma[c]);
         pg[i] += d * xh[i];
@@ -433,7 +433,7 @@ static __global__ void tri_ln_cm_v_kernel(bf16 *__restrict__ y, float *__restric
  * Shared: the T tile (overwritten by dT), then (warps · rows per warp, 2Ch) fp32. */
 static __global__ void __launch_bounds__(TRI_THREADS, 4)
 tri_ln_cm_bwd_v_kernel(bf16 *__restrict__ dT_cm, float *__restrict__ part,
-                       const float *__restrict__ dy, const bf16 *__restrict__ T_cm,
+                       const bf16 *__restrict__ dy, const bf16 *__restrict__ T_cm,
                        const float *__restrict__ mean, const float *__restrict__ rstd,
                        const bf16 *__restrict__ gamma, int64_t ldm, int64_t m0, int64_t rows,
                        int Ch, int smask, int lg) {
@@ -452,7 +452,7 @@ tri_ln_cm_bwd_v_kernel(bf16 *__restrict__ dT_cm, float *__restrict__ part,
     gm[k] = act ? mf_bf16_to_f32(gamma[j * 8 + k]) : 0.0f;
     pg[k] = pb[k] = dn[k] = 0.0f;
   }
-  if (act && w * rpw + sub < nr) mf_ldvf<8>(dn, dy + (t0 + w * rpw + sub) * Ch + j * 8);
+  if (act && w * rpw + sub < nr) mf_ldv<8>(dn, dy + (t0 + w * rpw + sub) * Ch + j * 8);
   tri_cm_load_v<1>(tile, T_cm, NULL, NULL, ldm, m0 + t0, nr, Ch, smask);
   __syncthreads();
   for (int rb = w * rpw; rb < nr; rb += nw * rpw) { /* uniform per warp */
@@ -464,7 +464,7 @@ tri_ln_cm_bwd_v_kernel(bf16 *__restrict__ dT_cm, float *__restrict__ part,
       x[k] = g[k] = 0.0f;
       d[k] = dn[k];
     }
-    if (act && r + nw * rpw < nr) mf_ldvf<8>(dn, dy + (t0 + r + nw * rpw) * Ch + j * 8);
+    if (act && r + nw * rpw < nr) mf_ldv<8>(dn, dy + (t0 + r + nw * rpw) * Ch + j * 8);
     if (ok) {
       const int64_t m = m0 + t0 + r;
       mu = mean[m];
@@ -680,7 +680,7 @@ static void launch_ln_cm(bf16 *y, float *mean, float *rstd, const bf16 *T_cm, co
 /* Partials of the LN_out backward for a chunk of rows: at most this many (the workspace's
  * size); launch_ln_cm_bwd returns the number it wrote. */
 static int ln_cm_bwd_parts(int64_t rows) { return (int)mf_cdiv(rows, TRI_TM); }
-static int launch_ln_cm_bwd(bf16 *dT_cm, float *part, const float *dy, const bf16 *T_cm,
+static int launch_ln_cm_bwd(bf16 *dT_cm, float *part, const bf16 *dy, const bf16 *T_cm,
                             const float *mean, const float *rstd, const bf16 *g, int64_t M,
                             int64_t ldm, int64_t m0, int64_t rows, int Ch, cudaStream_t s) {
   const int nw = TRI_THREADS / MF_WARP_SIZE;
@@ -783,7 +783,7 @@ typedef struct {
   float *u;     /* (R, C) y·W_zᵀ */
   float *gl;    /* (R, C) gate logits, fp32 — or bf16 in the same room (fused path) */
   bf16 *du;     /* (R, C) */
-  float *dy;    /* (R, Ch) */
+  bf16 *dy;     /* (R, Ch) LN_out's output gradient, bf16 (as the activations it is the gradient of) */
   float *dxh;   /* (R, C) */
 } tri_stage;
 
@@ -821,7 +821,7 @@ static size_t stage_carve(tri_stage *st, void *base, int64_t R, int C, int Ch, i
   if (set == TRI_PH1) {
     st->gl = (float *)mf_carve(&cv, rc * (fused ? sizeof(bf16) : sizeof(float)));
     st->du = (bf16 *)mf_carve(&cv, rc * sizeof(bf16));
-    st->dy = (float *)mf_carve(&cv, rh * sizeof(float));
+    st->dy = (bf16 *)mf_carve(&cv, rh * sizeof(bf16));
   }
   if (set == TRI_PH3) st->dxh = (float *)mf_carve(&cv, rc * sizeof(float));
   return cv.used;
@@ -1060,7 +1060,7 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
       mf_gemm_rm_cuda(blas, stream, 1, 0, C, C, rows, 1.0f, dgl + r0 * C, C, p1->xh, C, 1.0f, dw_g,
                       MF_GEMM_OUT_F32, C);
     mf_gemm_rm_cuda(blas, stream, 0, 0, rows, Ch, C, 1.0f, p1->du, C, w->w_z, Ch, 0.0f, p1->dy,
-                    MF_GEMM_OUT_F32, Ch);
+                    MF_GEMM_OUT_BF16, Ch);
     const int parts = launch_ln_cm_bwd(b.dT, b.part, p1->dy, s.t, s.mu_out, s.rs_out,
                                        w->ln_out_g, M, ldm, r0, rows, Ch, stream);
     mf_ln_param_grad_reduce_cuda(G(ln_out_g), G(ln_out_b), b.part, parts, Ch, stream);
