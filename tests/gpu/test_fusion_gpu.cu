@@ -779,6 +779,51 @@ static void test_gemm_ln_bwd(int64_t M, int K, int64_t lda, int K2, mf_ln_mode m
 
 /* ================================================================ residual + dropout */
 
+/* mf_ln_param_grad_reduce_cuda alone: dγ, dβ (C) += the column sums of part (parts, 2C)
+ * against a double sum, NULL dβ, two runs bit-identical; parts ≤ 4096 take the one-launch
+ * kernel, more the two-stage reduce. */
+static void test_ln_param_reduce(int parts, int C, uint64_t seed) {
+  char what[96];
+  snprintf(what, sizeof what, "ln_param_reduce parts=%d C=%d", parts, C);
+  const int64_t n = (int64_t)parts * 2 * C;
+  double *part = mf_test_alloc(n), *g0 = mf_test_alloc(2 * C), *ref = mf_test_alloc(2 * C);
+  rand_bf16(part, n, seed, 1.0, 0.0);
+  rand_bf16(g0, 2 * C, seed + 1, 1.0, 0.0);
+  for (int j = 0; j < 2 * C; j++) {
+    ref[j] = g0[j];
+    for (int p = 0; p < parts; p++) ref[j] += part[(int64_t)p * 2 * C + j];
+  }
+  float *part_d = (float *)dev_alloc((size_t)n * 4), *g_d = (float *)dev_alloc((size_t)2 * C * 4);
+  raw_set runs[2] = {};
+  double *got = mf_test_alloc(2 * C);
+  for (int run = 0; run < 2; run++) {
+    up_f32(part_d, part, n);
+    up_f32(g_d, g0, 2 * C);
+    mf_ln_param_grad_reduce_cuda(g_d, g_d + C, part_d, parts, C, 0);
+    MF_CHECK_CUDA(cudaDeviceSynchronize());
+    raw_add(&runs[run], g_d, (size_t)2 * C * 4);
+  }
+  from_f32(got, g_d, 2 * C);
+  double err = 0.0, nrm = 0.0;
+  for (int j = 0; j < 2 * C; j++) {
+    err += (got[j] - ref[j]) * (got[j] - ref[j]);
+    nrm += ref[j] * ref[j];
+  }
+  MF_TEST(sqrt(err / (nrm > 0 ? nrm : 1)) < 5e-5, "%s: sums (rel err %.2e)", what, sqrt(err / (nrm > 0 ? nrm : 1)));
+  MF_TEST(raw_same(&runs[0], &runs[1]), "%s: two runs bit-identical", what);
+  up_f32(part_d, part, n);
+  up_f32(g_d, g0, 2 * C);
+  mf_ln_param_grad_reduce_cuda(g_d, NULL, part_d, parts, C, 0); /* dβ not wanted */
+  from_f32(got, g_d, 2 * C);
+  int ok = 1;
+  for (int j = C; j < 2 * C; j++) ok &= got[j] == (double)(float)g0[j];
+  MF_TEST(ok, "%s: NULL dbeta leaves the memory after dgamma alone", what);
+  raw_free(&runs[0]);
+  raw_free(&runs[1]);
+  dev_free_all();
+  mf_test_free_all();
+}
+
 static void test_dropout(int64_t A, int64_t B, int C, mf_dropout_axis axis, double p, uint64_t seed) {
   char what[160], w2[200];
   const int64_t n = A * B * C, R = axis == MF_DROPOUT_ROWWISE ? B : A;
@@ -1161,6 +1206,11 @@ int main(void) {
   test_gemm_ln_bwd(1000, 520, 520, 0, MF_LN_FULL, 1, s += 20);
   test_gemm_ln_bwd(40000, 192, 200, 0, MF_LN_FULL, 0, s += 20);
   /* two terms (the trimul's dP4·W4 + dgl·W_g: K = 512 + 128), a short and an odd second */
+  test_ln_param_reduce(1, 128, s += 20);
+  test_ln_param_reduce(133, 64, s += 20);
+  test_ln_param_reduce(1056, 128, s += 20);
+  test_ln_param_reduce(4096, 16, s += 20);
+  test_ln_param_reduce(5001, 128, s += 20); /* the two-stage reduce */
   test_gemm_ln_bwd(17000, 512, 640, 128, MF_LN_FULL, 1, s += 20);
   test_gemm_ln_bwd(333, 64, 64, 8, MF_LN_SCALE, 0, s += 20);
   test_gemm_ln_bwd(1000, 128, 136, 72, MF_LN_FULL, 1, s += 20);

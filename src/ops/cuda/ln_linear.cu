@@ -740,10 +740,43 @@ extern "C" void mf_ln_rows_backward_cuda(bf16 *dx, float *part, const float *dy,
   launch_ln_rows_bwd(dx, part, dy, x, mean, rstd, gamma, rows, C, mode, accumulate, stream);
 }
 
+/* One launch for up to LN_RED_ONE_MAX partial rows (every caller's count: row kernels stop at
+ * LN_BWD_MAX_BLOCKS, the wgmma kernels at one row per CTA): a block per 32 columns, its
+ * LN_RED_ONE_ROWS row lanes each summing every LN_RED_ONE_ROWS-th part in order, then the
+ * lanes in order into dgamma / dbeta. Half the launches of the two-stage reduce, which stays
+ * for larger counts (26 of these per Pairformer block step: dev/cuda/README.md). */
+#define LN_RED_ONE_ROWS 32
+#define LN_RED_ONE_MAX 4096
+static __global__ void ln_param_reduce_one_kernel(float *__restrict__ dgamma, float *__restrict__ dbeta,
+                                                  const float *__restrict__ part, int parts, int C) {
+  __shared__ float acc[LN_RED_ONE_ROWS][LN_RED_COLS + 1];
+  const int j = blockIdx.x * LN_RED_COLS + threadIdx.x;
+  float s = 0.0f;
+  if (j < 2 * C)
+    for (int p = (int)threadIdx.y; p < parts; p += LN_RED_ONE_ROWS) s += part[(int64_t)p * 2 * C + j];
+  acc[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y != 0 || j >= 2 * C) return;
+  float t = 0.0f;
+#pragma unroll
+  for (int r = 0; r < LN_RED_ONE_ROWS; r++) t += acc[r][threadIdx.x];
+  if (j < C) {
+    if (dgamma) dgamma[j] += t;
+  } else if (dbeta) {
+    dbeta[j - C] += t;
+  }
+}
+
 extern "C" void mf_ln_param_grad_reduce_cuda(float *dgamma, float *dbeta, float *part,
                                              int parts, int C, cudaStream_t stream) {
   /* parts = 0: nothing to add (and chunk below would be 0: a division by zero) */
   if ((!dgamma && !dbeta) || parts <= 0) return;
+  if (parts <= LN_RED_ONE_MAX) {
+    ln_param_reduce_one_kernel<<<mf_cdiv(2 * C, LN_RED_COLS), dim3(LN_RED_COLS, LN_RED_ONE_ROWS), 0, stream>>>(
+        dgamma, dbeta, part, parts, C);
+    MF_CHECK_LAUNCH();
+    return;
+  }
   const int G = ln_red_chunks(parts), chunk = (parts + G - 1) / G;
   dim3 grid(mf_cdiv(2 * C, LN_RED_COLS), (unsigned)((parts + chunk - 1) / chunk));
   ln_param_reduce_stage1_kernel<<<grid, dim3(LN_RED_COLS, LN_RED_ROWS), 0, stream>>>(part, parts,

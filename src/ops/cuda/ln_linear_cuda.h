@@ -88,8 +88,9 @@ void mf_ln_rows_backward_cuda(__nv_bfloat16 *dx, float *part, const float *dy,
                               int accumulate, cudaStream_t stream);
 
 /* dgamma (C) += Σ_p part[p, 0:C],  dbeta (C) += Σ_p part[p, C:2C], summed in an order that
- * depends only on parts and C (chunks of parts, then the chunks in order), so two runs are
- * bit-identical. Either may be NULL. part is scratch: its contents are overwritten. */
+ * depends only on parts and C (up to 4096 parts: 32 interleaved lanes, then the lanes in
+ * order, one launch; beyond: chunks of parts, then the chunks in order), so two runs are
+ * bit-identical. Either may be NULL. part is scratch: its contents may be overwritten. */
 void mf_ln_param_grad_reduce_cuda(float *dgamma, float *dbeta, float *part, int parts, int C,
                                   cudaStream_t stream);
 
