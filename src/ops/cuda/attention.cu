@@ -797,22 +797,17 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
 #define TMA_STAGE (2 * TMA_KV + TMA_BIAS)
 #define TMA_FWD_SMEM (2 * TMA_STAGE + TMA_KV + 2 * ATT_MS + 5 * 8 + 1024) /* + alignment slack */
 
-/* The tensor maps of one forward call, and where each map puts the logical coordinates
- * (row, h, r, b) of a view: pos[i] = the map dimension (1..4) of logical coordinate i (the
- * host sorts a view's dimensions by stride). */
+/* The tensor maps of one call: views with dimensions (d, row, h, r, b) in that order
+ * (view_map), whatever their strides. */
 typedef struct {
   CUtensorMap q, k, v, bias, dO; /* bias: the forward's; dO: the backward's (p.dO, p.sdO) */
-  int pq[4], pk[4], pv[4], pd[4];
+  CUtensorMap q2, dO2;           /* the dbias pass over query-tile pairs: q, dO in 128-row boxes */
 } att_tmaps;
 
 /* Copies the (row, h, r, b) box of a view map into shared address dst, completing on fb. */
-__device__ __forceinline__ void tma_view(uint32_t dst, const CUtensorMap *map, const int pos[4], int row,
-                                         int h, int r, int b, uint32_t fb) {
-  int c[4];
-#pragma unroll
-  for (int i = 0; i < 4; i++)
-    c[i] = pos[0] == i + 1 ? row : pos[1] == i + 1 ? h : pos[2] == i + 1 ? r : b;
-  mf_tma_load_5d(dst, map, 0, c[0], c[1], c[2], c[3], fb);
+__device__ __forceinline__ void tma_view(uint32_t dst, const CUtensorMap *map, int row, int h, int r, int b,
+                                         uint32_t fb) {
+  mf_tma_load_5d(dst, map, 0, row, h, r, b, fb);
 }
 
 template <int MINB, bool WG>
@@ -823,7 +818,7 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
   const uint32_t qa = base + 2 * TMA_STAGE;
   uint8_t *Ms = sb + 2 * TMA_STAGE + TMA_KV; /* [2][ATT_MS] */
   /* barriers: Q; full[2] (the stage's copies and mask flags landed: warp 0's 32 lanes
-   * arrive, lane 0 with the copies' bytes); empty[2] (all 128 threads are done with the
+   * arrive, lane 0 with the copies' bytes; lane 0 alone where the flags are fixed, mfast); empty[2] (all 128 threads are done with the
    * stage: each arrives after its own last read, so every access is ordered by its own
    * release). No CTA-wide barrier per step: warp 0 refills stage s for step it + 1 once
    * empty[s] has completed for step it − 1. */
@@ -837,19 +832,23 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
   const int warp = tid / MF_WARP_SIZE, lane = tid % MF_WARP_SIZE, gq = lane >> 2, t = lane & 3;
   const int nkb = p.nkb;
   const bool has_bias = p.bias != NULL;
+  /* no mask and whole key tiles: both stages' mask flags are written once (all valid) and
+   * only the issuing lane arrives on a full barrier (README step 19) */
+  const bool mfast = mg == NULL && K % ATT_BK == 0;
   const uint32_t stage_tx = has_bias ? TMA_STAGE : 2 * TMA_KV;
   auto issue = [&](int s, int k0) { /* thread 0: stage s ← key tile at k0 */
     const uint32_t dst = base + s * TMA_STAGE, fb = full + 8 * s;
     mf_mbar_expect_tx(fb, stage_tx);
-    tma_view(dst, &tm.k, tm.pk, k0, h, r, b, fb);
-    tma_view(dst + TMA_KV, &tm.v, tm.pv, k0, h, r, b, fb);
+    tma_view(dst, &tm.k, k0, h, r, b, fb);
+    tma_view(dst + TMA_KV, &tm.v, k0, h, r, b, fb);
     if (has_bias) mf_tma_load_4d(dst + 2 * TMA_KV, &tm.bias, k0, q0, h, b, fb);
   };
 
   if (tid == 0) {
+    const int nfull = mfast ? 1 : MF_WARP_SIZE; /* warp 0's lanes (one with the copies' bytes) */
     mf_mbar_init(bar, 1);
-    mf_mbar_init(full, MF_WARP_SIZE); /* warp 0's lanes (one with the copies' bytes) */
-    mf_mbar_init(full + 8, MF_WARP_SIZE);
+    mf_mbar_init(full, nfull);
+    mf_mbar_init(full + 8, nfull);
     mf_mbar_init(empty, ATT_THREADS); /* every thread, after its last read of the stage */
     mf_mbar_init(empty + 8, ATT_THREADS);
     mf_mbar_init_fence();
@@ -858,16 +857,22 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
     for (int s = 0; s < 2; s++)
       for (int i = tid; i < TMA_BIAS / 16; i += ATT_THREADS)
         reinterpret_cast<uint4 *>(sb + s * TMA_STAGE + 2 * TMA_KV)[i] = make_uint4(0, 0, 0, 0);
+  if (mfast && warp == 0) {
+    mask_put_w(Ms, 3u);
+    mask_put_w(Ms + ATT_MS, 3u);
+  }
   __syncthreads();
   uint32_t mnext = 0; /* warp 0: the next key tile's mask bits */
   if (warp == 0) {
-    if (nkb > 0) mask_put_w(Ms, mask_fetch_w(mg, 0, K));
-    if (nkb > 1) mnext = mask_fetch_w(mg, ATT_BK, K);
+    if (!mfast) {
+      if (nkb > 0) mask_put_w(Ms, mask_fetch_w(mg, 0, K));
+      if (nkb > 1) mnext = mask_fetch_w(mg, ATT_BK, K);
+    }
     if (lane == 0) {
       mf_mbar_expect_tx(bar, TMA_KV);
-      tma_view(qa, &tm.q, tm.pq, q0, h, r, b, bar);
+      tma_view(qa, &tm.q, q0, h, r, b, bar);
       if (nkb > 0) issue(0, 0);
-    } else if (nkb > 0) {
+    } else if (nkb > 0 && !mfast) {
       mf_mbar_arrive(full); /* this lane's mask bytes of stage 0 */
     }
   }
@@ -883,17 +888,30 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
   const uint64_t dk0 = mf_wg_desc_sw64(base, 16, 512), dv0 = mf_wg_desc_sw64(base + TMA_KV, 4096, 512);
   const bool gate_smem = p.gate != NULL && nkb > 0;
   const bf16 *gg = p.gate ? p.gate + vofs(p.sg, b, r, h) : NULL;
+  /* warp 0: stage st^1 ← key tile it + 1, once step it − 1 is done everywhere. The wgmma
+   * kernel calls it after issuing step it's S product, so that warp 0's copy issue runs
+   * under that product instead of holding the warpgroup at it (README step 19). */
+  auto produce = [&](int it, int st) {
+    if (it + 1 >= nkb || warp != 0) return;
+    const int k1 = (it + 1) * ATT_BK;
+    if (mfast) {
+      if (lane == 0) {
+        if (it >= 1) mf_mbar_wait(empty + 8 * (st ^ 1), (uint32_t)((it - 1) >> 1) & 1u);
+        issue(st ^ 1, k1);
+      }
+      __syncwarp();
+    } else {
+      if (it >= 1) mf_mbar_wait(empty + 8 * (st ^ 1), (uint32_t)((it - 1) >> 1) & 1u);
+      mask_put_w(Ms + (st ^ 1) * ATT_MS, mnext);
+      if (it + 2 < nkb) mnext = mask_fetch_w(mg, k1 + ATT_BK, K);
+      if (lane == 0) issue(st ^ 1, k1);
+      else mf_mbar_arrive(full + 8 * (st ^ 1)); /* this lane's mask bytes */
+    }
+  };
   for (int it = 0; it < nkb; it++) {
     const int st = it & 1;
     if (it + 1 < nkb) {
-      if (warp == 0) { /* stage st^1 ← key tile it + 1, once step it − 1 is done everywhere */
-        const int k1 = (it + 1) * ATT_BK;
-        if (it >= 1) mf_mbar_wait(empty + 8 * (st ^ 1), (uint32_t)((it - 1) >> 1) & 1u);
-        mask_put_w(Ms + (st ^ 1) * ATT_MS, mnext);
-        if (it + 2 < nkb) mnext = mask_fetch_w(mg, k1 + ATT_BK, K);
-        if (lane == 0) issue(st ^ 1, k1);
-        else mf_mbar_arrive(full + 8 * (st ^ 1)); /* this lane's mask bytes */
-      }
+      if constexpr (!WG) produce(it, st);
     } else if (gate_smem) { /* the gate tile (64, 40) into the free stage's K|V bytes */
       if (it >= 1) mf_mbar_wait(empty + 8 * (st ^ 1), (uint32_t)((it - 1) >> 1) & 1u);
       const row_plan<32> rp(D);
@@ -914,6 +932,7 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
       mf_wg_rs_n64<0>(s32, qf[0], dk, 0);
       mf_wg_rs_n64<0>(s32, qf[1], dk + 32 / 16, 1);
       mf_wg_commit();
+      produce(it, st);
       mf_wg_wait<0>();
       mf_wg_pin(s32);
     } else {
@@ -1538,22 +1557,33 @@ __global__ void __launch_bounds__(ATT_THREADS, KQ == 1 ? 4 : 3) dbias_tma_kernel
   auto issue = [&](int r, int s) { /* thread 0: stage s ← row r's tiles */
     const uint32_t dst = base + s * STG, fb = bar + 8 * s;
     const float *ldg = slab_ld(p, ((int64_t)b * R + r) * p.H + h);
-    mf_mbar_expect_tx(fb, (2 * nq + 2) * TMA_KV + nq * 2 * ATT_BQ * 4);
-    for (int t = 0; t < nq; t++) {
-      tma_view(dst + t * TMA_KV, &tm.q, tm.pq, q0 + t * ATT_BQ, h, r, b, fb);
-      tma_view(dst + (KQ + t) * TMA_KV, &tm.dO, tm.pd, q0 + t * ATT_BQ, h, r, b, fb);
-      mf_bulk_load(dst + LS + t * ATT_BQ * 4, ldg + q0 + t * ATT_BQ, ATT_BQ * 4, fb);
-      mf_bulk_load(dst + LS + (KQ + t) * ATT_BQ * 4, ldg + p.nqb * ATT_BQ + q0 + t * ATT_BQ, ATT_BQ * 4, fb);
+    if constexpr (KQ == 2) { /* both query tiles in one 128-row box each (rows past Q come as
+                              * zeros), lse and Di in one copy each (README step 19) */
+      mf_mbar_expect_tx(fb, 6 * TMA_KV + nq * 2 * ATT_BQ * 4);
+      tma_view(dst, &tm.q2, q0, h, r, b, fb);
+      tma_view(dst + 2 * TMA_KV, &tm.dO2, q0, h, r, b, fb);
+      mf_bulk_load(dst + LS, ldg + q0, nq * ATT_BQ * 4, fb);
+      mf_bulk_load(dst + LS + KQ * ATT_BQ * 4, ldg + p.nqb * ATT_BQ + q0, nq * ATT_BQ * 4, fb);
+    } else {
+      mf_mbar_expect_tx(fb, 4 * TMA_KV + 2 * ATT_BQ * 4);
+      tma_view(dst, &tm.q, q0, h, r, b, fb);
+      tma_view(dst + TMA_KV, &tm.dO, q0, h, r, b, fb);
+      mf_bulk_load(dst + LS, ldg + q0, ATT_BQ * 4, fb);
+      mf_bulk_load(dst + LS + ATT_BQ * 4, ldg + p.nqb * ATT_BQ + q0, ATT_BQ * 4, fb);
     }
-    tma_view(dst + 2 * KQ * TMA_KV, &tm.k, tm.pk, k0, h, r, b, fb);
-    tma_view(dst + (2 * KQ + 1) * TMA_KV, &tm.v, tm.pv, k0, h, r, b, fb);
+    tma_view(dst + 2 * KQ * TMA_KV, &tm.k, k0, h, r, b, fb);
+    tma_view(dst + (2 * KQ + 1) * TMA_KV, &tm.v, k0, h, r, b, fb);
   };
 
   /* rows [rb, re) of range sp (all rows when rs = 1), in order */
   const int rb = (int)((int64_t)sp * R / p.rs), re = (int)((int64_t)(sp + 1) * R / p.rs);
+  /* no mask: every row's mask flags are the key tile's, written once into both stages, and
+   * only the issuing lane arrives on a full barrier (README step 19) */
+  const bool mfast = p.mask == NULL;
   if (tid == 0) {
-    mf_mbar_init(bar, MF_WARP_SIZE); /* warp 0's lanes (one with the copies' bytes) */
-    mf_mbar_init(bar + 8, MF_WARP_SIZE);
+    const int nfull = mfast ? 1 : MF_WARP_SIZE; /* warp 0's lanes (one with the copies' bytes) */
+    mf_mbar_init(bar, nfull);
+    mf_mbar_init(bar + 8, nfull);
     mf_mbar_init(empty, ATT_THREADS); /* every thread, after its last read of the stage */
     mf_mbar_init(empty + 8, ATT_THREADS);
     mf_mbar_init_fence();
@@ -1563,13 +1593,20 @@ __global__ void __launch_bounds__(ATT_THREADS, KQ == 1 ? 4 : 3) dbias_tma_kernel
                            p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0 + t * ATT_BQ) * p.bl + k0 : NULL,
                            Q - q0 - t * ATT_BQ, K - k0);
   cp_async_commit<true>();
-  __syncthreads(); /* the barriers */
+  if (mfast && warp == 0) {
+    const uint32_t m = mfetch(0);
+    mask_put_w(Ms, m);
+    mask_put_w(Ms + ATT_MS, m);
+  }
+  __syncthreads(); /* the barriers (and the fast path's mask flags) */
   uint32_t mnext = 0; /* warp 0: the next row's mask bits */
   if (warp == 0) {
-    if (rb < re) mask_put_w(Ms, mfetch(rb));
-    if (rb + 1 < re) mnext = mfetch(rb + 1);
+    if (!mfast) {
+      if (rb < re) mask_put_w(Ms, mfetch(rb));
+      if (rb + 1 < re) mnext = mfetch(rb + 1);
+    }
     if (lane == 0 && rb < re) issue(rb, 0);
-    else if (rb < re) mf_mbar_arrive(bar); /* this lane's mask bytes of stage 0 */
+    else if (rb < re && !mfast) mf_mbar_arrive(bar); /* this lane's mask bytes of stage 0 */
   }
   cp_async_wait<true, 0>();
   __syncthreads(); /* the bias tile */
@@ -1582,11 +1619,19 @@ __global__ void __launch_bounds__(ATT_THREADS, KQ == 1 ? 4 : 3) dbias_tma_kernel
   for (int r = rb; r < re; r++) {
     const int st = (r - rb) & 1;
     if (r + 1 < re && warp == 0) { /* stage st^1 ← row r + 1, once row r − 1 is done everywhere */
-      if (r > rb) mf_mbar_wait(empty + 8 * (st ^ 1), (uint32_t)((r - rb - 1) >> 1) & 1u);
-      mask_put_w(Ms + (st ^ 1) * ATT_MS, mnext);
-      if (r + 2 < re) mnext = mfetch(r + 2);
-      if (lane == 0) issue(r + 1, st ^ 1);
-      else mf_mbar_arrive(bar + 8 * (st ^ 1)); /* this lane's mask bytes */
+      if (mfast) {
+        if (lane == 0) {
+          if (r > rb) mf_mbar_wait(empty + 8 * (st ^ 1), (uint32_t)((r - rb - 1) >> 1) & 1u);
+          issue(r + 1, st ^ 1);
+        }
+        __syncwarp();
+      } else {
+        if (r > rb) mf_mbar_wait(empty + 8 * (st ^ 1), (uint32_t)((r - rb - 1) >> 1) & 1u);
+        mask_put_w(Ms + (st ^ 1) * ATT_MS, mnext);
+        if (r + 2 < re) mnext = mfetch(r + 2);
+        if (lane == 0) issue(r + 1, st ^ 1);
+        else mf_mbar_arrive(bar + 8 * (st ^ 1)); /* this lane's mask bytes */
+      }
     }
     mf_mbar_wait(bar + 8 * st, (uint32_t)((r - rb) >> 1) & 1u);
 #pragma unroll
@@ -1960,8 +2005,8 @@ __device__ __forceinline__ void tma_fused_stage(const att_tmaps &tm, uint32_t ds
                                                 int q1, int k0, int h, int r, int b, bool has_bias,
                                                 const float *ldg, int nqb) {
   mf_mbar_expect_tx(fb, stage_tx);
-  tma_view(dst, &tm.q, tm.pq, q1, h, r, b, fb);
-  tma_view(dst + TMA_KV, &tm.dO, tm.pd, q1, h, r, b, fb);
+  tma_view(dst, &tm.q, q1, h, r, b, fb);
+  tma_view(dst + TMA_KV, &tm.dO, q1, h, r, b, fb);
   if (has_bias)
     for (int t = 0; t < KT; t++) mf_tma_load_4d(dst + 2 * TMA_KV + t * TMA_BIAS, &tm.bias, k0 + t * ATT_BK, q1, h, b, fb);
   mf_bulk_load(dst + 2 * TMA_KV + KT * TMA_BIAS, ldg + q1, ATT_BQ * 4, fb);
@@ -2159,8 +2204,8 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
         mf_mbar_expect_tx(kvbar, 2 * KT * TMA_KV);
 #pragma unroll
         for (int t = 0; t < KT; t++) {
-          tma_view(kva + t * 2 * TMA_KV, &tm.k, tm.pk, k0 + t * ATT_BK, h, r, b, kvbar);
-          tma_view(kva + t * 2 * TMA_KV + TMA_KV, &tm.v, tm.pv, k0 + t * ATT_BK, h, r, b, kvbar);
+          tma_view(kva + t * 2 * TMA_KV, &tm.k, k0 + t * ATT_BK, h, r, b, kvbar);
+          tma_view(kva + t * 2 * TMA_KV + TMA_KV, &tm.v, k0 + t * ATT_BK, h, r, b, kvbar);
         }
       }
       for (int t = 0; t < KT; t++) load_mask(Ms + t * ATT_MS, mg, k0 + t * ATT_BK, K);
@@ -2624,17 +2669,18 @@ extern "C" int mf_attention_cuda_set_tma(int mask) {
 extern "C" long mf_attention_cuda_tma_calls(void) { return g_tma_calls.load(); }
 
 /* Tensor map of a (B, R, H, rows, 32) bf16 view with element strides s: dimension 0 the
- * head dim (contiguous), dimensions 1..4 the view's (row, h, r, b) sorted by stride
- * (pos[logical] = map dimension), a size-1 dimension given a stride past every extent
- * (its value is never used; TMA wants multiples of 16 bytes). Box: 32 × 64 rows, 64-byte
- * swizzle. false when a stride is not a multiple of 16 bytes or the driver refuses. */
-static bool view_map(CUtensorMap *m, int pos[4], const bf16 *base, const mf_attn_stride &s,
-                     int rows, const att_params &p) {
+ * head dim (contiguous), dimensions 1..4 the view's (row, h, r, b) in that order whatever
+ * their strides (TMA does not need them sorted; fixed coordinates spare the kernels' copy
+ * issue a runtime permutation, README step 19), a size-1 dimension given a stride past
+ * every extent (its value is never used; TMA wants multiples of 16 bytes). Box: 32 × 64
+ * rows, 64-byte swizzle. false when a stride is not a multiple of 16 bytes or the driver
+ * refuses. */
+static bool view_map(CUtensorMap *m, const bf16 *base, const mf_attn_stride &s, int rows,
+                     const att_params &p, uint32_t box_rows = ATT_BK) {
   struct dim {
     uint64_t n, stride;
-    int logical;
-  } d[4] = {{(uint64_t)rows, (uint64_t)s.row * 2, 0}, {(uint64_t)p.H, (uint64_t)s.h * 2, 1},
-            {(uint64_t)p.R, (uint64_t)s.r * 2, 2}, {(uint64_t)p.B, (uint64_t)s.b * 2, 3}};
+  } d[4] = {{(uint64_t)rows, (uint64_t)s.row * 2}, {(uint64_t)p.H, (uint64_t)s.h * 2},
+            {(uint64_t)p.R, (uint64_t)s.r * 2}, {(uint64_t)p.B, (uint64_t)s.b * 2}};
   uint64_t ext = 64;
   for (int i = 0; i < 4; i++)
     if (d[i].n > 1) {
@@ -2643,19 +2689,11 @@ static bool view_map(CUtensorMap *m, int pos[4], const bf16 *base, const mf_attn
     }
   for (int i = 0; i < 4; i++)
     if (d[i].n <= 1) d[i].stride = (ext + 15) / 16 * 16;
-  for (int i = 1; i < 4; i++) /* insertion sort by stride, stable */
-    for (int j = i; j > 0 && d[j].stride < d[j - 1].stride; j--) {
-      const dim t = d[j];
-      d[j] = d[j - 1];
-      d[j - 1] = t;
-    }
   uint64_t dims[5] = {32, 0, 0, 0, 0}, strides[4];
-  uint32_t box[5] = {32, 1, 1, 1, 1};
+  uint32_t box[5] = {32, box_rows, 1, 1, 1};
   for (int i = 0; i < 4; i++) {
     dims[i + 1] = d[i].n;
     strides[i] = d[i].stride;
-    if (d[i].logical == 0) box[i + 1] = ATT_BK;
-    pos[d[i].logical] = i + 1;
   }
   return mf_tma_encode_bf16(m, base, 5, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_64B) == 0;
 }
@@ -2676,8 +2714,8 @@ static bool forward_tma(const att_params &p, cudaStream_t stream) {
   if (!(g_tma & MF_ATT_TMA_FWD) || p.D != 32 || p.K == 0 || (p.bias && p.bl % 8 != 0)) return false;
   att_tmaps tm;
   memset(&tm, 0, sizeof tm);
-  if (!view_map(&tm.q, tm.pq, p.q, p.sq, p.Q, p) || !view_map(&tm.k, tm.pk, p.k, p.sk, p.K, p) ||
-      !view_map(&tm.v, tm.pv, p.v, p.sv, p.K, p))
+  if (!view_map(&tm.q, p.q, p.sq, p.Q, p) || !view_map(&tm.k, p.k, p.sk, p.K, p) ||
+      !view_map(&tm.v, p.v, p.sv, p.K, p))
     return false;
   if (p.bias && !bias_map(&tm.bias, p)) return false;
   const int64_t grid = (int64_t)p.B * p.H * p.nqb * p.R;
@@ -2699,10 +2737,12 @@ static bool dbias_tma(const att_params &p, float *scratch, size_t scratch_bytes,
   if (!(g_tma & MF_ATT_TMA_DBIAS) || p.D != 32 || p.Q == 0 || p.K == 0) return false;
   att_tmaps tm;
   memset(&tm, 0, sizeof tm);
-  if (!view_map(&tm.q, tm.pq, p.q, p.sq, p.Q, p) || !view_map(&tm.dO, tm.pd, p.dO, p.sdO, p.Q, p) ||
-      !view_map(&tm.k, tm.pk, p.k, p.sk, p.K, p) || !view_map(&tm.v, tm.pv, p.v, p.sv, p.K, p))
+  if (!view_map(&tm.q, p.q, p.sq, p.Q, p) || !view_map(&tm.dO, p.dO, p.sdO, p.Q, p) ||
+      !view_map(&tm.k, p.k, p.sk, p.K, p) || !view_map(&tm.v, p.v, p.sv, p.K, p))
     return false;
   const bool wg = g_tma & MF_ATT_TMA_DBIAS_WG, two = wg && (g_tma & MF_ATT_TMA_DBIAS_WG2);
+  if (two && (!view_map(&tm.q2, p.q, p.sq, p.Q, p, 2 * ATT_BQ) || !view_map(&tm.dO2, p.dO, p.sdO, p.Q, p, 2 * ATT_BQ)))
+    return false;
   auto kern = two ? dbias_tma_kernel<true, 2> : wg ? dbias_tma_kernel<true, 1> : dbias_tma_kernel<false, 1>;
   const int KQ = two ? 2 : 1;
   const size_t smem = TD_SMEM_K(KQ);
@@ -2824,10 +2864,10 @@ static bool fused_tma(const att_params &p, int64_t grid, cudaStream_t stream) {
   }
   att_tmaps tm;
   memset(&tm, 0, sizeof tm);
-  if (!view_map(&tm.q, tm.pq, p.q, p.sq, p.Q, p) || !view_map(&tm.dO, tm.pd, p.dO, p.sdO, p.Q, p))
+  if (!view_map(&tm.q, p.q, p.sq, p.Q, p) || !view_map(&tm.dO, p.dO, p.sdO, p.Q, p))
     return false;
   if ((g_tma & MF_ATT_TMA_FUSED_WG) &&
-      (!view_map(&tm.k, tm.pk, p.k, p.sk, p.K, p) || !view_map(&tm.v, tm.pv, p.v, p.sv, p.K, p)))
+      (!view_map(&tm.k, p.k, p.sk, p.K, p) || !view_map(&tm.v, p.v, p.sv, p.K, p)))
     return false;
   if (p.bias && !bias_map(&tm.bias, p)) return false;
   if (grid == 0) return true;
