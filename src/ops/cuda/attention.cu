@@ -2013,6 +2013,31 @@ __device__ __forceinline__ void tma_fused_stage(const att_tmaps &tm, uint32_t ds
   mf_bulk_load(dst + 2 * TMA_KV + KT * TMA_BIAS + ATT_BQ * 4, ldg + nqb * ATT_BQ + q1, ATT_BQ * 4, fb);
 }
 
+/* tma_fused_stage split over the four warps' lane 0 (fused_wg_kernel; the stage barrier
+ * counts 4 arrivals, each with its own bytes, so its tx-count never goes below zero):
+ * warp 0 Q, warp 1 dO, warp 2 the bias boxes, warp 3 lse and Di — none of them holds the
+ * warpgroup at its next wgmma for all six copies (README step 19). */
+template <int KT>
+__device__ __forceinline__ void tma_fused_stage_w(const att_tmaps &tm, uint32_t dst, uint32_t fb, int warp,
+                                                  int q1, int k0, int h, int r, int b, bool has_bias,
+                                                  const float *ldg, int nqb) {
+  if (warp == 0) {
+    mf_mbar_expect_tx(fb, TMA_KV);
+    tma_view(dst, &tm.q, q1, h, r, b, fb);
+  } else if (warp == 1) {
+    mf_mbar_expect_tx(fb, TMA_KV);
+    tma_view(dst + TMA_KV, &tm.dO, q1, h, r, b, fb);
+  } else if (warp == 2) {
+    mf_mbar_expect_tx(fb, has_bias ? KT * TMA_BIAS : 0);
+    if (has_bias)
+      for (int t = 0; t < KT; t++) mf_tma_load_4d(dst + 2 * TMA_KV + t * TMA_BIAS, &tm.bias, k0 + t * ATT_BK, q1, h, b, fb);
+  } else {
+    mf_mbar_expect_tx(fb, 2 * ATT_BQ * 4);
+    mf_bulk_load(dst + 2 * TMA_KV + KT * TMA_BIAS, ldg + q1, ATT_BQ * 4, fb);
+    mf_bulk_load(dst + 2 * TMA_KV + KT * TMA_BIAS + ATT_BQ * 4, ldg + nqb * ATT_BQ + q1, ATT_BQ * 4, fb);
+  }
+}
+
 /* The head of query step it of fused_tma_kernel / fused_wg_kernel: once every thread is
  * done with the previous step (its stage may be refilled), the next step's copies are
  * issued into the other stage (prefetch(it + 1, stage), one commit group for its cp.async
@@ -2171,8 +2196,8 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
   float4 *gacc = reinterpret_cast<float4 *>(p.dqacc) + (int64_t)blockIdx.x * nqb * ATT_WARPS * ND * 32;
   auto slot = [&](int i, int nd) { return ((i * ATT_WARPS + warp) * ND + nd) * 32 + lane; };
   if (tid == 0) {
-    mf_mbar_init(bar, 1);
-    mf_mbar_init(bar + 8, 1);
+    mf_mbar_init(bar, ATT_WARPS); /* the stages: lane 0 of every warp (tma_fused_stage_w) */
+    mf_mbar_init(bar + 8, ATT_WARPS);
     mf_mbar_init(kvbar, 1);
     mf_mbar_init_fence();
   }
@@ -2182,7 +2207,6 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
     for (int s = 0; s < 2; s++)
       for (int i = tid; i < KT * TMA_BIAS / 16; i += ATT_THREADS)
         reinterpret_cast<uint4 *>(sb + s * STG + 2 * TMA_KV)[i] = make_uint4(0, 0, 0, 0);
-  const uint32_t stage_tx = 2 * TMA_KV + (has_bias ? KT * TMA_BIAS : 0) + 2 * ATT_BQ * 4;
   for (int64_t brh = blockIdx.x; brh < nslab; brh += gridDim.x) {
     const int h = (int)(brh % p.H);
     const int64_t br = brh / p.H;
@@ -2193,7 +2217,7 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
       const int k0 = kb * ATT_BK, nt = min(KT, nkb - kb); /* this pass's key tiles */
       auto prefetch = [&](int it, int sn) {
         const int q1 = it * ATT_BQ;
-        if (tid == 0) tma_fused_stage<KT>(tm, base + sn * STG, bar + 8 * sn, stage_tx, q1, k0, h, r, b, has_bias, ldg, nqb);
+        if (lane == 0) tma_fused_stage_w<KT>(tm, base + sn * STG, bar + 8 * sn, warp, q1, k0, h, r, b, has_bias, ldg, nqb);
         if (kb > 0)
 #pragma unroll
           for (int nd = 0; nd < ND; nd++) cp_async16<MMA>(Acc + slot(sn, nd), gacc + slot(it, nd), true);
