@@ -6,9 +6,12 @@
  * second), the bound of the forward at D = 32. Not a correctness test
  * (tests/gpu/test_attention_gpu.cu is).
  *
- *   evoflash3d [--tri N,N,...] [--single N,N,...] [--json FILE] [--once 1]
+ *   evoflash3d [--tri N,N,...] [--single N,N,...] [--json FILE] [--once 1] [--mask 1] [--gate 1]
  * Prints one line per (shape, pass) and writes JSON rows (DESIGN.md format, without the
- * header fields, which bench/evoflash3d.sh adds). */
+ * header fields, which bench/evoflash3d.sh adds). --mask 1 adds an all-valid key mask
+ * (B, R, K) and --gate 1 a sigmoid gate (B, R, H, Q, D), as the Pairformer's triangle
+ * attention passes them: what they cost beyond the peers' function (the shape names get
+ * "+mask", "+gate"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,9 +81,12 @@ static double median(std::vector<float> v) {
 }
 
 static int g_once; /* --once 1: one forward and one backward per shape, untimed (for ncu) */
+static int g_mask, g_gate; /* --mask 1, --gate 1 */
 
-static void bench_shape(const char *shape, int N, int R, int H, int D) {
+static void bench_shape(const char *shape0, int N, int R, int H, int D) {
   if (N <= 0) return;
+  char shape[32];
+  snprintf(shape, sizeof shape, "%s%s%s", shape0, g_mask ? "+mask" : "", g_gate ? "+gate" : "");
   const int B = 1;
   mf_attn_dims d = {B, R, H, N, N, D, 1.0 / sqrt((double)D)};
   const int64_t nq = (int64_t)B * R * H * N * D, nb = (int64_t)B * H * N * N, nl = (int64_t)B * R * H * N;
@@ -90,13 +96,20 @@ static void bench_shape(const char *shape, int N, int R, int H, int D) {
   /* inputs: q, k, v, bias, dout */
   mf_bf16_t *q = alloc_randn(nq, 1), *k = alloc_randn(nq, 2), *v = alloc_randn(nq, 3);
   mf_bf16_t *bias = alloc_randn(nb, 4), *dout = alloc_randn(nq, 5);
+  mf_bf16_t *gate = g_gate ? alloc_randn(nq, 6) : NULL;
+  uint8_t *mask = NULL;
+  if (g_mask) {
+    MF_CHECK_CUDA(cudaMalloc(&mask, (size_t)B * R * N));
+    MF_CHECK_CUDA(cudaMemset(mask, 1, (size_t)B * R * N));
+  }
   MF_CHECK_CUDA(cudaDeviceSynchronize());
   size_t free1 = 0;
   MF_CHECK_CUDA(cudaMemGetInfo(&free1, &total));
   /* everything else the op needs: out, lse, dq, dk, dv, dbias, workspace */
-  mf_bf16_t *out, *dq, *dk, *dv, *db;
+  mf_bf16_t *out, *dq, *dk, *dv, *db, *dg = NULL;
   float *lse;
-  const size_t ws = mf_attention_backward_cuda_workspace(d, 0);
+  const size_t ws = mf_attention_backward_cuda_workspace(d, g_gate);
+  if (g_gate) MF_CHECK_CUDA(cudaMalloc(&dg, nq * 2));
   void *w;
   MF_CHECK_CUDA(cudaMalloc(&out, nq * 2));
   MF_CHECK_CUDA(cudaMalloc(&lse, nl * 4));
@@ -112,9 +125,9 @@ static void bench_shape(const char *shape, int N, int R, int H, int D) {
   /* the kernels allocate nothing: the peak is what was allocated here */
   const double extra = (double)(free1 - free2) / gib, peak = (double)(free0 - free2) / gib;
 
-  auto fwd = [&]() { mf_attention_forward_cuda(out, lse, q, k, v, bias, NULL, NULL, d, 0); };
+  auto fwd = [&]() { mf_attention_forward_cuda(out, lse, q, k, v, bias, mask, gate, d, 0); };
   auto bwd = [&]() {
-    mf_attention_backward_cuda(dq, dk, dv, db, NULL, dout, out, lse, q, k, v, bias, NULL, NULL, d, w, ws, 0);
+    mf_attention_backward_cuda(dq, dk, dv, db, dg, dout, out, lse, q, k, v, bias, mask, gate, d, w, ws, 0);
   };
   cudaEvent_t e0, e1;
   MF_CHECK_CUDA(cudaEventCreate(&e0));
@@ -123,7 +136,7 @@ static void bench_shape(const char *shape, int N, int R, int H, int D) {
     fwd();
     bwd();
     MF_CHECK_CUDA(cudaDeviceSynchronize());
-    void *ps[] = {q, k, v, bias, dout, out, lse, dq, dk, dv, db, w};
+    void *ps[] = {q, k, v, bias, dout, out, lse, dq, dk, dv, db, w, gate, mask, dg};
     for (void *p : ps) MF_CHECK_CUDA(cudaFree(p));
     return;
   }
@@ -155,7 +168,7 @@ static void bench_shape(const char *shape, int N, int R, int H, int D) {
   json_row(shape, N, R, H, D, "fwdbwd", tfb, peak, extra, 3.5 * f1);
   MF_CHECK_CUDA(cudaEventDestroy(e0));
   MF_CHECK_CUDA(cudaEventDestroy(e1));
-  void *ps[] = {q, k, v, bias, dout, out, lse, dq, dk, dv, db, w};
+  void *ps[] = {q, k, v, bias, dout, out, lse, dq, dk, dv, db, w, gate, mask, dg};
   for (void *p : ps) MF_CHECK_CUDA(cudaFree(p));
 }
 
@@ -178,6 +191,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--single")) single = parse_list(argv[i + 1]);
     else if (!strcmp(argv[i], "--json")) json = argv[i + 1];
     else if (!strcmp(argv[i], "--once")) g_once = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--mask")) g_mask = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--gate")) g_gate = atoi(argv[i + 1]);
   }
   /* MF_ATT_TMA=mask: the TMA kernels (mf_attention_cuda_set_tma), for A/B runs */
   if (getenv("MF_ATT_TMA")) mf_attention_cuda_set_tma(atoi(getenv("MF_ATT_TMA")));
