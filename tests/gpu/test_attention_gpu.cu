@@ -275,6 +275,11 @@ static int g_tma_ab = 0;
 /* the softmax scale of run_case_mode's cases: g_scale_mul / √D (1 by default: AF3's scale,
  * which the D = 32 fused pass takes as an immediate; other values take its runtime path) */
 static double g_scale_mul = 1.0;
+/* run_case_mode's key masks: 0 random (each key valid with probability 0.8, so no 64-key
+ * tile is all valid); 1 padding-style (row (b, r) valid on keys [0, L) with L = N on a
+ * third of the rows, else L uniform in 1..N; an isolated invalid key 70 on every fifth
+ * row), so that whole valid key tiles, partial ones and fully masked ones alternate */
+static int g_mask_style = 0;
 
 static void run_case_mode(const att_case *c, int variant, uint64_t seed, int mode) {
   mf_attention_cuda_set_variant(variant);
@@ -294,6 +299,13 @@ static void run_case_mode(const att_case *c, int variant, uint64_t seed, int mod
   double *u = mf_test_alloc(nm);
   mf_test_randu(u, nm, seed + 7, 0.0, 1.0);
   for (int64_t i = 0; i < nm; i++) mask[i] = u[i] < 0.8;
+  if (g_mask_style == 1)
+    for (int64_t row = 0; row < (int64_t)B * R; row++) {
+      const double w = u[row * N]; /* this row's draw */
+      const int L = w < 1.0 / 3 ? N : 1 + (int)((w - 1.0 / 3) * 1.5 * N) % N;
+      for (int j = 0; j < N; j++) mask[row * N + j] = j < L;
+      if (row % 5 == 4 && N > 70) mask[row * N + 70] = 0;
+    }
   if (c->mask && R > 1) /* row r = 1 of every batch fully masked */
     for (int b = 0; b < B; b++) memset(mask + ((int64_t)b * R + 1) * N, 0, (size_t)N);
   if (c->mask && R == 1 && N > 1) mask[0] = 1; /* keep some valid key */
@@ -451,7 +463,7 @@ int main(void) {
     mf_attention_cuda_set_dbias_wg(1); /* the wgmma dbias pass */
     run_case(&a, 0, 33);
     mf_attention_cuda_set_dbias_wg(0);
-    g_tma_ab = MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED; /* TMA against cp.async */
+    g_tma_ab = MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED | MF_ATT_TMA_MASK; /* TMA against cp.async */
     const att_case t = {1, 3, 2, 128, 32, 1, 1, 1, 0};
     run_case_mode(&t, 0, 34, 0);
     run_case_mode(&t, 8, 36, 0);
@@ -464,6 +476,11 @@ int main(void) {
                               MF_ATT_TMA_DBIAS_WG2); /* tile pairs (3 tiles: one pair and a single) */
     run_case_mode(&f, 0, 38, 2);
     mf_attention_cuda_set_tma(def);
+    g_mask_style = 1; /* padding-style masks: whole valid tiles inside a masked call */
+    const att_case pm = {1, 10, 2, 200, 32, 1, 1, 1, 0}, pm2 = {1, 10, 2, 192, 32, 1, 1, 1, 0};
+    run_case(&pm, 0, 39);  /* flags staged by warp 0 (N % 16 != 0) */
+    run_case(&pm2, 0, 40); /* mask bytes by TMA */
+    g_mask_style = 0;
     return mf_test_end();
   }
   const int Ns[] = {1, 7, 63, 64, 65, 200, 384};
@@ -629,6 +646,37 @@ int main(void) {
     const att_case many = {2, 100, 4, 70, 32, 1, 1, 1, 3};
     run_case_mode(&many, 8, seed += 100, 1);
     g_tma_ab = 0;
+  }
+  /* padding-style key masks (g_mask_style 1): whole valid, partial and fully masked key
+   * tiles in one call. The default (wgmma) kernels against the double reference, with the
+   * mask's bytes copied by TMA (MF_ATT_TMA_MASK; N % 16 == 0) and the gate's rows with Q
+   * (MF_ATT_TMA_GATE), and with both staged the old way (the bits cleared, or N % 16 != 0
+   * for the mask); then the TMA kernels against the cp.async ones bit for
+   * bit, with and without the mask map (README step 20). N = 4176: 66 key tiles, the last
+   * partial. */
+  {
+    g_mask_style = 1;
+    const att_case pc[] = {{1, 6, 2, 200, 32, 1, 1, 1, 0}, {1, 130, 2, 130, 32, 1, 1, 0, 0},
+                           {2, 5, 4, 256, 32, 1, 1, 1, 0}, {1, 1, 2, 300, 32, 0, 1, 1, 0},
+                           {1, 70, 2, 192, 32, 1, 1, 1, 0}, {1, 9, 2, 144, 32, 1, 1, 1, 0}};
+    const int npc = (int)(sizeof pc / sizeof pc[0]);
+    const int def = mf_attention_cuda_set_tma(-1);
+    for (int mm = 0; mm <= 1; mm++) {
+      mf_attention_cuda_set_tma(mm ? def : def & ~(MF_ATT_TMA_MASK | MF_ATT_TMA_GATE));
+      for (int i = 0; i < npc; i++) run_case(&pc[i], 0, seed += 100);
+    }
+    mf_attention_cuda_set_tma(def);
+    const att_case wide = {1, 1, 1, 4176, 32, 1, 1, 1, 0};
+    run_case(&wide, 0, seed += 100);
+    for (int i = 0; i < npc; i++) {
+      static const int masks[3] = {MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS | MF_ATT_TMA_MASK,
+                                   MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS,
+                                   MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED | MF_ATT_TMA_MASK};
+      g_tma_ab = masks[i % 3];
+      run_case_mode(&pc[i], 0, seed += 100, i % 3);
+    }
+    g_tma_ab = 0;
+    g_mask_style = 0;
   }
   mf_attention_cuda_set_variant(0);
   return mf_test_end();

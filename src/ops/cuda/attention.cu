@@ -44,6 +44,9 @@
  *                  place, Q / P fragments from registers; the same elementwise code, equal
  *                  to the others to rounding (README step 15); the dbias pass takes query
  *                  tiles in pairs sharing each row's K, V boxes (KQ = 2, step 16).
+                  A key mask with K % 16 == 0 comes as one more TMA box per stage (the
+                  tile's 64 bytes; each warp votes on whether all are valid), and the
+                  forward's gate rows as a box with Q (README step 20).
  *   fused_wg_kernel<KT>  (the default fused pass where D = 32 and the views allow, at every
  *                  N) fused_tma_kernel on wgmma (K, V, P, dS fragments from registers, dQ
  *                  from the swizzled dSᵀ tile), over KT = 2 key tiles per pass: Q, dO and
@@ -334,6 +337,15 @@ __device__ __forceinline__ bool all_valid(const uint8_t *s) {
   return f[0] && f[1];
 }
 #define ATT_MS (ATT_BK + 16) /* bytes of one stage of load_mask() */
+/* A stage of the TMA kernels' mask bytes: the tile's 64 bytes as the mask map copies them
+ * (p.mtma; then the flag words are not written: raw_all_valid), 128-byte aligned. */
+#define ATT_MS_TMA 128
+/* whether all 64 keys of a stage the mask map copied (raw bytes, nonzero = valid; zero
+ * past K) are valid: each warp votes on its own (README step 20) */
+__device__ __forceinline__ bool raw_all_valid(const uint8_t *s) {
+  const uint32_t m = *reinterpret_cast<const uint16_t *>(s + 2 * (threadIdx.x % MF_WARP_SIZE));
+  return __all_sync(0xffffffffu, (m & 0xffu) != 0u && (m >> 8) != 0u);
+}
 
 /* The same for one warp (the TMA kernels' producer warp): lane l takes keys 2l, 2l+1;
  * returns their bits (1 = in range and valid), mask_put_w() writes the stage (bytes and
@@ -501,6 +513,8 @@ typedef struct {
                      * workspace's scratch, whichever is larger) */
   float *dqacc;     /* fused pass, global mode: (grid, nqb·64, DP) fp32 dQ accumulators */
   int order;        /* fwd_kernel's CTA order (1×1 layout only): see fwd_cta */
+  int mtma;         /* 1: the TMA kernels' maps include the key mask (att_tmaps.mask) */
+  int gtma;         /* 1: fwd_tma_kernel's maps include the gate (att_tmaps.gate) */
   int64_t bl;       /* row stride (elements, >= K) of bias and dbias (B,H,Q,·): views.bias_row or K */
   /* element strides of the views (mf_attn_views); sdO: dO's (packed when it is the
    * workspace's gated copy, else dout's) */
@@ -795,13 +809,16 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
 #define TMA_KV 4096    /* bytes of a (64, 32) bf16 tile */
 #define TMA_BIAS 8192  /* bytes of a (64, 64) bf16 bias tile */
 #define TMA_STAGE (2 * TMA_KV + TMA_BIAS)
-#define TMA_FWD_SMEM (2 * TMA_STAGE + TMA_KV + 2 * ATT_MS + 5 * 8 + 1024) /* + alignment slack */
+#define TMA_FWD_SMEM (2 * TMA_STAGE + TMA_KV + 2 * ATT_MS_TMA + 5 * 8 + 1024) /* + alignment slack */
+#define TMA_FWD_GATE (TMA_KV + 512) /* more, with the gate's box (p.gtma) after the barriers */
 
 /* The tensor maps of one call: views with dimensions (d, row, h, r, b) in that order
  * (view_map), whatever their strides. */
 typedef struct {
   CUtensorMap q, k, v, bias, dO; /* bias: the forward's; dO: the backward's (p.dO, p.sdO) */
   CUtensorMap q2, dO2;           /* the dbias pass over query-tile pairs: q, dO in 128-row boxes */
+  CUtensorMap mask;              /* p.mtma: the key mask (B·R rows, K bytes), box 64 keys × 1 row */
+  CUtensorMap gate;              /* p.gtma: the forward's gate, a view map as q's */
 } att_tmaps;
 
 /* Copies the (row, h, r, b) box of a view map into shared address dst, completing on fb. */
@@ -810,19 +827,35 @@ __device__ __forceinline__ void tma_view(uint32_t dst, const CUtensorMap *map, i
   mf_tma_load_5d(dst, map, 0, row, h, r, b, fb);
 }
 
-template <int MINB, bool WG>
+/* tanh(x) by the special-function unit (max. relative error about 2^-11, ample for a gate
+ * applied to a bf16 output) */
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* MT: the key mask comes by the mask map (p.mask, p.mtma; wgmma kernel only): a template
+ * argument, so that the kernels without it keep their registers (the runtime flag cost the
+ * unmasked forward 2 %, README step 20). */
+template <int MINB, bool WG, bool MT = false>
 __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p, const __grid_constant__ att_tmaps tm) {
+  static_assert(!MT || WG, "the mask map only on the wgmma forward");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = mf_smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
   unsigned char *sb = smem_raw + (base - raw);
   const uint32_t qa = base + 2 * TMA_STAGE;
-  uint8_t *Ms = sb + 2 * TMA_STAGE + TMA_KV; /* [2][ATT_MS] */
+  uint8_t *Ms = sb + 2 * TMA_STAGE + TMA_KV; /* [2][ATT_MS_TMA] */
+  const uint32_t msa = qa + TMA_KV;          /* Ms's shared address */
   /* barriers: Q; full[2] (the stage's copies and mask flags landed: warp 0's 32 lanes
    * arrive, lane 0 with the copies' bytes; lane 0 alone where the flags are fixed, mfast); empty[2] (all 128 threads are done with the
    * stage: each arrives after its own last read, so every access is ordered by its own
    * release). No CTA-wide barrier per step: warp 0 refills stage s for step it + 1 once
    * empty[s] has completed for step it − 1. */
-  const uint32_t bar = (qa + TMA_KV + 2 * ATT_MS + 7u) & ~7u, full = bar + 8, empty = bar + 24;
+  const uint32_t bar = (msa + 2 * ATT_MS_TMA + 7u) & ~7u, full = bar + 8, empty = bar + 24;
+  /* the gate's box (p.gtma; the launch adds TMA_FWD_GATE bytes only then, so that the
+   * kernels without a gate keep their shared-memory size): 512-aligned for the swizzle */
+  const uint32_t ga = (bar + 5 * 8 + 511u) & ~511u;
 
   int r, qb, h, b;
   fwd_cta(p, r, qb, h, b);
@@ -832,16 +865,22 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
   const int warp = tid / MF_WARP_SIZE, lane = tid % MF_WARP_SIZE, gq = lane >> 2, t = lane & 3;
   const int nkb = p.nkb;
   const bool has_bias = p.bias != NULL;
-  /* no mask and whole key tiles: both stages' mask flags are written once (all valid) and
-   * only the issuing lane arrives on a full barrier (README step 19) */
-  const bool mfast = mg == NULL && K % ATT_BK == 0;
-  const uint32_t stage_tx = has_bias ? TMA_STAGE : 2 * TMA_KV;
+  /* no mask and whole key tiles (mconst): both stages' mask flags are written once (all
+   * valid) and only the issuing lane arrives on a full barrier (README step 19). A mask
+   * the map covers (mtma): the tile's mask bytes are a fourth copy of the stage, so again
+   * only the issuing lane arrives, and warp 0 does no mask work per step (step 20). */
+  constexpr bool mtma = MT; /* the launcher passes a mask and its map */
+  const bool gate_tma = p.gate != NULL && p.gtma;
+  const bool mconst = !MT && mg == NULL && K % ATT_BK == 0;
+  const bool mfast = mconst || mtma;
+  const uint32_t stage_tx = (has_bias ? TMA_STAGE : 2 * TMA_KV) + (mtma ? ATT_BK : 0);
   auto issue = [&](int s, int k0) { /* thread 0: stage s ← key tile at k0 */
     const uint32_t dst = base + s * TMA_STAGE, fb = full + 8 * s;
     mf_mbar_expect_tx(fb, stage_tx);
     tma_view(dst, &tm.k, k0, h, r, b, fb);
     tma_view(dst + TMA_KV, &tm.v, k0, h, r, b, fb);
     if (has_bias) mf_tma_load_4d(dst + 2 * TMA_KV, &tm.bias, k0, q0, h, b, fb);
+    if (mtma) mf_tma_load_2d(msa + s * ATT_MS_TMA, &tm.mask, k0, b * p.R + r, fb);
   };
 
   if (tid == 0) {
@@ -857,9 +896,9 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
     for (int s = 0; s < 2; s++)
       for (int i = tid; i < TMA_BIAS / 16; i += ATT_THREADS)
         reinterpret_cast<uint4 *>(sb + s * TMA_STAGE + 2 * TMA_KV)[i] = make_uint4(0, 0, 0, 0);
-  if (mfast && warp == 0) {
+  if (mconst && warp == 0) {
     mask_put_w(Ms, 3u);
-    mask_put_w(Ms + ATT_MS, 3u);
+    mask_put_w(Ms + ATT_MS_TMA, 3u);
   }
   __syncthreads();
   uint32_t mnext = 0; /* warp 0: the next key tile's mask bits */
@@ -869,8 +908,9 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
       if (nkb > 1) mnext = mask_fetch_w(mg, ATT_BK, K);
     }
     if (lane == 0) {
-      mf_mbar_expect_tx(bar, TMA_KV);
+      mf_mbar_expect_tx(bar, gate_tma ? 2 * TMA_KV : TMA_KV);
       tma_view(qa, &tm.q, q0, h, r, b, bar);
+      if (gate_tma) tma_view(ga, &tm.gate, q0, h, r, b, bar); /* the gate's rows, used at the end */
       if (nkb > 0) issue(0, 0);
     } else if (nkb > 0 && !mfast) {
       mf_mbar_arrive(full); /* this lane's mask bytes of stage 0 */
@@ -886,7 +926,8 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
   float m0 = -INFINITY, m1 = -INFINITY;
   /* wgmma descriptors of stage 0's K and V boxes (WG) */
   const uint64_t dk0 = mf_wg_desc_sw64(base, 16, 512), dv0 = mf_wg_desc_sw64(base + TMA_KV, 4096, 512);
-  const bool gate_smem = p.gate != NULL && nkb > 0;
+  /* the gate: by TMA with Q (gate_tma), else in the last step into the free stage */
+  const bool gate_smem = p.gate != NULL && nkb > 0 && !gate_tma;
   const bf16 *gg = p.gate ? p.gate + vofs(p.sg, b, r, h) : NULL;
   /* warp 0: stage st^1 ← key tile it + 1, once step it − 1 is done everywhere. The wgmma
    * kernel calls it after issuing step it's S product, so that warp 0's copy issue runs
@@ -902,7 +943,7 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
       __syncwarp();
     } else {
       if (it >= 1) mf_mbar_wait(empty + 8 * (st ^ 1), (uint32_t)((it - 1) >> 1) & 1u);
-      mask_put_w(Ms + (st ^ 1) * ATT_MS, mnext);
+      mask_put_w(Ms + (st ^ 1) * ATT_MS_TMA, mnext);
       if (it + 2 < nkb) mnext = mask_fetch_w(mg, k1 + ATT_BK, K);
       if (lane == 0) issue(st ^ 1, k1);
       else mf_mbar_arrive(full + 8 * (st ^ 1)); /* this lane's mask bytes */
@@ -922,7 +963,7 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
     mf_mbar_wait(full + 8 * st, (uint32_t)(it >> 1) & 1u);
     const bf16 *ks = reinterpret_cast<const bf16 *>(sb + st * TMA_STAGE), *vs = ks + TMA_KV / 2;
     const tv_sw128 bs{ks + TMA_KV};
-    const uint8_t *ms = Ms + st * ATT_MS;
+    const uint8_t *ms = Ms + st * ATT_MS_TMA;
 
     float s[8][4];
     if constexpr (WG) { /* S = Q·Kᵀ: A (Q) from registers, B the K-major K box */
@@ -942,7 +983,7 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
     }
 
     float mx0 = -INFINITY, mx1 = -INFINITY;
-    if (all_valid(ms)) logits<false, true>(s, bs, ms, p.scale, warp, mx0, mx1);
+    if (mtma ? raw_all_valid(ms) : all_valid(ms)) logits<false, true>(s, bs, ms, p.scale, warp, mx0, mx1);
     else logits<true, true>(s, bs, ms, p.scale, warp, mx0, mx1);
     softmax_step<true, 5>(s, o, m0, m1, mx0, mx1);
     if constexpr (WG) { /* O += P·V: A (P) from registers, B the MN-major V box; row sums by mma.sync */
@@ -976,20 +1017,28 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
     o[i][0] *= inv0; o[i][1] *= inv0;
     o[i][2] *= inv1; o[i][3] *= inv1;
   }
-  if (gate_smem) {
-    cp_async_wait<true, 0>();
-    __syncthreads();
+  if (gate_smem || gate_tma) {
+    if (gate_smem) {
+      cp_async_wait<true, 0>();
+      __syncthreads();
+    }
     const bf16 *gs = reinterpret_cast<const bf16 *>(sb + (((nkb - 1) & 1) ^ 1) * TMA_STAGE);
+    const tv_sw64 gb{reinterpret_cast<const bf16 *>(sb + (ga - base))}; /* gate_tma: the box at ga */
 #pragma unroll
     for (int nd = 0; nd < 4; nd++)
 #pragma unroll
       for (int hrow = 0; hrow < 2; hrow++) {
         const int row = hrow ? row1 : row0;
         if (row >= Q) continue;
-        const float2 gv = __bfloat1622float2(
-            *reinterpret_cast<const __nv_bfloat162 *>(gs + (row - q0) * 40 + nd * 8 + 2 * t));
-        o[nd][2 * hrow] *= 1.f / (1.f + __expf(-gv.x));
-        o[nd][2 * hrow + 1] *= 1.f / (1.f + __expf(-gv.y));
+        const bf16 *gp = gate_tma ? gb.ptr(row - q0, nd) + 2 * t : gs + (row - q0) * 40 + nd * 8 + 2 * t;
+        const float2 gv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(gp));
+        if constexpr (WG) { /* σ(g) = (1 + tanh(g/2))/2: one MUFU op instead of two (step 20) */
+          o[nd][2 * hrow] *= fmaf(0.5f, tanh_approx(0.5f * gv.x), 0.5f);
+          o[nd][2 * hrow + 1] *= fmaf(0.5f, tanh_approx(0.5f * gv.y), 0.5f);
+        } else {
+          o[nd][2 * hrow] *= 1.f / (1.f + __expf(-gv.x));
+          o[nd][2 * hrow + 1] *= 1.f / (1.f + __expf(-gv.y));
+        }
       }
   }
   store_rows<32>(p.out + vofs(p.so, b, r, h), o, q0 + warp * 16, Q, D, p.so.row, 1.f);
@@ -1280,9 +1329,9 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GK, minb_dkdv(MMA, DP, GR *
 template <bool MMA, class TV = tv_bias>
 __device__ __forceinline__ void make_ds(float s[8][4], float dp[8][4], const TV &bs,
                                         const uint8_t *ms, float lse0, float lse1, float di0,
-                                        float di1, float scale, int warp) {
+                                        float di1, float scale, int warp, bool raw = false) {
   float mx0 = 0.f, mx1 = 0.f; /* unused */
-  if (all_valid(ms)) logits<false, MMA>(s, bs, ms, scale, warp, mx0, mx1);
+  if (raw ? raw_all_valid(ms) : all_valid(ms)) logits<false, MMA>(s, bs, ms, scale, warp, mx0, mx1);
   else logits<true, MMA>(s, bs, ms, scale, warp, mx0, mx1);
 #pragma unroll
   for (int nb = 0; nb < 8; nb++) {
@@ -1521,7 +1570,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GQ * GK, minb_bwd(MMA, DP, GQ * 
  * row's K, V boxes and mask (3 bytes of L2 per logit instead of 4); a missing second tile
  * is skipped. Stage: Q_0..Q_{KQ-1} | dO_0.. | K | V | lse·log2e_0.. | Di_0.. */
 #define TD_STAGE_K(KQ) ((KQ) == 1 ? 17408 : 25600) /* (2·KQ + 2)·4096 + KQ·512, rounded up to 1 KB */
-#define TD_SMEM_K(KQ) (2 * TD_STAGE_K(KQ) + (KQ) * ATT_BQ * ATT_BP * 2 + 2 * ATT_MS + 4 * 8 + 1024)
+#define TD_SMEM_K(KQ) (2 * TD_STAGE_K(KQ) + (KQ) * ATT_BQ * ATT_BP * 2 + 2 * ATT_MS_TMA + 4 * 8 + 1024)
 #define TD_STAGE TD_STAGE_K(1)
 #define TD_SMEM TD_SMEM_K(1)
 
@@ -1533,10 +1582,11 @@ __global__ void __launch_bounds__(ATT_THREADS, KQ == 1 ? 4 : 3) dbias_tma_kernel
   const uint32_t raw = mf_smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
   unsigned char *sb = smem_raw + (base - raw);
   bf16 *Bs = reinterpret_cast<bf16 *>(sb + 2 * STG); /* [KQ][BQ][BP] */
-  uint8_t *Ms = sb + 2 * STG + KQ * ATT_BQ * ATT_BP * 2; /* [2][ATT_MS] */
+  uint8_t *Ms = sb + 2 * STG + KQ * ATT_BQ * ATT_BP * 2; /* [2][ATT_MS_TMA] (128-byte aligned) */
+  const uint32_t msa = base + 2 * STG + KQ * ATT_BQ * ATT_BP * 2; /* Ms's shared address */
   /* barriers full[2], empty[2]: as in fwd_tma_kernel (warp 0 refills a stage once all
    * 128 threads have arrived on its empty barrier; no CTA-wide barrier per row) */
-  const uint32_t bar = (base + 2 * STG + KQ * ATT_BQ * ATT_BP * 2 + 2 * ATT_MS + 7u) & ~7u, empty = bar + 16;
+  const uint32_t bar = (msa + 2 * ATT_MS_TMA + 7u) & ~7u, empty = bar + 16;
   const uint64_t dt0 = mf_wg_desc_sw64(base, 16, 512); /* stage 0's boxes, K-major (WG; wg_pm_desc) */
 
   int64_t idx = blockIdx.x;
@@ -1554,18 +1604,21 @@ __global__ void __launch_bounds__(ATT_THREADS, KQ == 1 ? 4 : 3) dbias_tma_kernel
   auto mfetch = [&](int r) {
     return mask_fetch_w(p.mask ? p.mask + ((int64_t)b * R + r) * K : NULL, k0, K);
   };
+  const bool mtma = p.mask != NULL && p.mtma; /* row r's mask bytes come with its copies */
   auto issue = [&](int r, int s) { /* thread 0: stage s ← row r's tiles */
     const uint32_t dst = base + s * STG, fb = bar + 8 * s;
     const float *ldg = slab_ld(p, ((int64_t)b * R + r) * p.H + h);
+    const uint32_t mtx = mtma ? ATT_BK : 0u;
+    if (mtma) mf_tma_load_2d(msa + s * ATT_MS_TMA, &tm.mask, k0, b * R + r, fb);
     if constexpr (KQ == 2) { /* both query tiles in one 128-row box each (rows past Q come as
                               * zeros), lse and Di in one copy each (README step 19) */
-      mf_mbar_expect_tx(fb, 6 * TMA_KV + nq * 2 * ATT_BQ * 4);
+      mf_mbar_expect_tx(fb, 6 * TMA_KV + nq * 2 * ATT_BQ * 4 + mtx);
       tma_view(dst, &tm.q2, q0, h, r, b, fb);
       tma_view(dst + 2 * TMA_KV, &tm.dO2, q0, h, r, b, fb);
       mf_bulk_load(dst + LS, ldg + q0, nq * ATT_BQ * 4, fb);
       mf_bulk_load(dst + LS + KQ * ATT_BQ * 4, ldg + p.nqb * ATT_BQ + q0, nq * ATT_BQ * 4, fb);
     } else {
-      mf_mbar_expect_tx(fb, 4 * TMA_KV + 2 * ATT_BQ * 4);
+      mf_mbar_expect_tx(fb, 4 * TMA_KV + 2 * ATT_BQ * 4 + mtx);
       tma_view(dst, &tm.q, q0, h, r, b, fb);
       tma_view(dst + TMA_KV, &tm.dO, q0, h, r, b, fb);
       mf_bulk_load(dst + LS, ldg + q0, ATT_BQ * 4, fb);
@@ -1577,9 +1630,11 @@ __global__ void __launch_bounds__(ATT_THREADS, KQ == 1 ? 4 : 3) dbias_tma_kernel
 
   /* rows [rb, re) of range sp (all rows when rs = 1), in order */
   const int rb = (int)((int64_t)sp * R / p.rs), re = (int)((int64_t)(sp + 1) * R / p.rs);
-  /* no mask: every row's mask flags are the key tile's, written once into both stages, and
-   * only the issuing lane arrives on a full barrier (README step 19) */
-  const bool mfast = p.mask == NULL;
+  /* no mask (mconst): every row's mask flags are the key tile's, written once into both
+   * stages, and only the issuing lane arrives on a full barrier (README step 19); a mask
+   * the map covers (mtma): the row's mask bytes are one more copy of the stage, and again
+   * only the issuing lane arrives (step 20) */
+  const bool mconst = p.mask == NULL, mfast = mconst || mtma;
   if (tid == 0) {
     const int nfull = mfast ? 1 : MF_WARP_SIZE; /* warp 0's lanes (one with the copies' bytes) */
     mf_mbar_init(bar, nfull);
@@ -1593,10 +1648,10 @@ __global__ void __launch_bounds__(ATT_THREADS, KQ == 1 ? 4 : 3) dbias_tma_kernel
                            p.bias ? p.bias + (((int64_t)b * p.H + h) * Q + q0 + t * ATT_BQ) * p.bl + k0 : NULL,
                            Q - q0 - t * ATT_BQ, K - k0);
   cp_async_commit<true>();
-  if (mfast && warp == 0) {
+  if (mconst && warp == 0) {
     const uint32_t m = mfetch(0);
     mask_put_w(Ms, m);
-    mask_put_w(Ms + ATT_MS, m);
+    mask_put_w(Ms + ATT_MS_TMA, m);
   }
   __syncthreads(); /* the barriers (and the fast path's mask flags) */
   uint32_t mnext = 0; /* warp 0: the next row's mask bits */
@@ -1627,7 +1682,7 @@ __global__ void __launch_bounds__(ATT_THREADS, KQ == 1 ? 4 : 3) dbias_tma_kernel
         __syncwarp();
       } else {
         if (r > rb) mf_mbar_wait(empty + 8 * (st ^ 1), (uint32_t)((r - rb - 1) >> 1) & 1u);
-        mask_put_w(Ms + (st ^ 1) * ATT_MS, mnext);
+        mask_put_w(Ms + (st ^ 1) * ATT_MS_TMA, mnext);
         if (r + 2 < re) mnext = mfetch(r + 2);
         if (lane == 0) issue(r + 1, st ^ 1);
         else mf_mbar_arrive(bar + 8 * (st ^ 1)); /* this lane's mask bytes */
@@ -1662,8 +1717,8 @@ __global__ void __launch_bounds__(ATT_THREADS, KQ == 1 ? 4 : 3) dbias_tma_kernel
         load_a_frags_v<32, true>(dof, tv_sw64{t0 + TMA_KV / 2}, warp);
         s_dp_products<32, true>(s, dp, qf, tv_sw64{t0 + TMA_KV}, dof, tv_sw64{t0 + 3 * TMA_KV / 2});
       }
-      make_ds<true>(s, dp, tv_bias{Bs + t * ATT_BQ * ATT_BP}, Ms + st * ATT_MS, ls[rl0], ls[rl1], ds[rl0], ds[rl1],
-                    p.scale, warp);
+      make_ds<true>(s, dp, tv_bias{Bs + t * ATT_BQ * ATT_BP}, Ms + st * ATT_MS_TMA, ls[rl0], ls[rl1], ds[rl0],
+                    ds[rl1], p.scale, warp, mtma);
 #pragma unroll
       for (int i = 0; i < 8; i++)
 #pragma unroll
@@ -2681,13 +2736,15 @@ extern "C" int mf_attention_cuda_set_dbias_wg(int on) {
  * at N = 768 (README step 15); the fused pass over key-tile pairs: 5.90 -> 5.36 ms; the dbias pass over
  * query-tile pairs: module backward 6.41 -> 6.29 ms (step 16) */
 static int g_tma = MF_ATT_TMA_FWD | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED | MF_ATT_TMA_FWD_WG | MF_ATT_TMA_DBIAS_WG |
-                   MF_ATT_TMA_FUSED_WG | MF_ATT_TMA_FUSED_WG2 | MF_ATT_TMA_DBIAS_WG2;
+                   MF_ATT_TMA_FUSED_WG | MF_ATT_TMA_FUSED_WG2 | MF_ATT_TMA_DBIAS_WG2 | MF_ATT_TMA_MASK |
+                   MF_ATT_TMA_GATE;
 static std::atomic<long> g_tma_calls{0};
 
 extern "C" int mf_attention_cuda_set_tma(int mask) {
   const int old = g_tma;
   g_tma = mask & (MF_ATT_TMA_FWD | MF_ATT_TMA_FWD4 | MF_ATT_TMA_DBIAS | MF_ATT_TMA_FUSED | MF_ATT_TMA_FUSED_WG |
-                  MF_ATT_TMA_DBIAS_WG | MF_ATT_TMA_FWD_WG | MF_ATT_TMA_FUSED_WG2 | MF_ATT_TMA_DBIAS_WG2);
+                  MF_ATT_TMA_DBIAS_WG | MF_ATT_TMA_FWD_WG | MF_ATT_TMA_FUSED_WG2 | MF_ATT_TMA_DBIAS_WG2 |
+                  MF_ATT_TMA_MASK | MF_ATT_TMA_GATE);
   return old;
 }
 extern "C" long mf_attention_cuda_tma_calls(void) { return g_tma_calls.load(); }
@@ -2722,6 +2779,17 @@ static bool view_map(CUtensorMap *m, const bf16 *base, const mf_attn_stride &s, 
   return mf_tma_encode_bf16(m, base, 5, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_64B) == 0;
 }
 
+/* Tensor map of the key mask (B·R rows of K bytes; K % 16 == 0 and a 16-byte aligned
+ * base, else false: the kernels then stage the flags from warp 0): box 64 keys × 1 row,
+ * zeros past K (masked). Returns whether p.mtma may be set. */
+static bool mask_map(CUtensorMap *m, const att_params &p) {
+  if (!p.mask || p.K % 16 != 0 || (uintptr_t)p.mask % 16 != 0) return false;
+  const uint64_t dims[2] = {(uint64_t)p.K, (uint64_t)p.B * p.R}, strides[1] = {(uint64_t)p.K};
+  const uint32_t box[2] = {ATT_BK, 1};
+  return mf_tma_encode(m, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.mask, 2, dims, strides, box,
+                       CU_TENSOR_MAP_SWIZZLE_NONE) == 0;
+}
+
 /* Tensor map of the bias (B, H, Q, ·) with rows p.bl elements apart (p.bl % 8 == 0): box
  * 64 keys × 64 queries, 128-byte swizzle. */
 static bool bias_map(CUtensorMap *m, const att_params &p) {
@@ -2742,14 +2810,20 @@ static bool forward_tma(const att_params &p, cudaStream_t stream) {
       !view_map(&tm.v, p.v, p.sv, p.K, p))
     return false;
   if (p.bias && !bias_map(&tm.bias, p)) return false;
+  const bool wg = g_tma & MF_ATT_TMA_FWD_WG;
+  att_params pm = p;
+  pm.mtma = wg && mask_map(&tm.mask, p) && (g_tma & MF_ATT_TMA_MASK);
+  pm.gtma = p.gate && (g_tma & MF_ATT_TMA_GATE) && view_map(&tm.gate, p.gate, p.sg, p.Q, p);
   const int64_t grid = (int64_t)p.B * p.H * p.nqb * p.R;
   if (grid == 0) return true;
   MF_ASSERT(grid < 2147483647LL, "attention grid of %lld CTAs", (long long)grid);
-  const bool wg = g_tma & MF_ATT_TMA_FWD_WG;
-  auto kern = (g_tma & MF_ATT_TMA_FWD4) ? (wg ? fwd_tma_kernel<4, true> : fwd_tma_kernel<4, false>)
-                                        : (wg ? fwd_tma_kernel<5, true> : fwd_tma_kernel<5, false>);
-  MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, TMA_FWD_SMEM));
-  kern<<<(unsigned)grid, ATT_THREADS, TMA_FWD_SMEM, stream>>>(p, tm);
+  const bool f4 = g_tma & MF_ATT_TMA_FWD4;
+  auto kern = pm.mtma ? (f4 ? fwd_tma_kernel<4, true, true> : fwd_tma_kernel<5, true, true>)
+              : f4    ? (wg ? fwd_tma_kernel<4, true> : fwd_tma_kernel<4, false>)
+                      : (wg ? fwd_tma_kernel<5, true> : fwd_tma_kernel<5, false>);
+  const int smem = TMA_FWD_SMEM + (pm.gtma ? TMA_FWD_GATE : 0);
+  MF_CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kern<<<(unsigned)grid, ATT_THREADS, smem, stream>>>(pm, tm);
   MF_CHECK_LAUNCH();
   g_tma_calls++;
   return true;
@@ -2770,7 +2844,9 @@ static bool dbias_tma(const att_params &p, float *scratch, size_t scratch_bytes,
   auto kern = two ? dbias_tma_kernel<true, 2> : wg ? dbias_tma_kernel<true, 1> : dbias_tma_kernel<false, 1>;
   const int KQ = two ? 2 : 1;
   const size_t smem = TD_SMEM_K(KQ);
-  dbias_run_with(kern, (int64_t)p.B * p.H * ((p.nqb + KQ - 1) / KQ) * p.nkb, ATT_THREADS, smem, p, scratch,
+  att_params pm = p;
+  pm.mtma = mask_map(&tm.mask, p) && (g_tma & MF_ATT_TMA_MASK);
+  dbias_run_with(kern, (int64_t)p.B * p.H * ((p.nqb + KQ - 1) / KQ) * p.nkb, ATT_THREADS, smem, pm, scratch,
                  scratch_bytes, stream, [&](const att_params &q, int64_t grid) {
                    if (grid == 0) return;
                    MF_ASSERT(grid < 2147483647LL, "attention grid of %lld CTAs", (long long)grid);

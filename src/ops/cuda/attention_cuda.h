@@ -140,8 +140,12 @@ int mf_attention_cuda_set_dbias_wg(int on);
  * MF_ATT_TMA_DBIAS_WG2 (with MF_ATT_TMA_DBIAS_WG) the wgmma dbias pass over pairs of query
  * tiles (sm_90a; their sums
  * are ordered differently, so their outputs equal the others' to rounding, not bit for
- * bit). A cleared TMA bit runs the cp.async kernel, whose outputs are bit-identical to the
- * mma.sync TMA kernel's. Default: all but MF_ATT_TMA_FWD4. Returns the previous mask. */
+ * bit); MF_ATT_TMA_MASK: the forward's and the dbias pass's key-mask bytes come as one
+ * more TMA copy of each stage (where K % 16 == 0 and the mask is 16-byte aligned; cleared,
+ * warp 0 stages them; same outputs bit for bit); MF_ATT_TMA_GATE: the forward's gate
+ * rows come by TMA with Q (cleared: cp.async in the last step). A cleared TMA bit runs the cp.async
+ * kernel, whose outputs are bit-identical to the mma.sync TMA kernel's. Default: all but
+ * MF_ATT_TMA_FWD4. Returns the previous mask. */
 #define MF_ATT_TMA_FWD 1
 #define MF_ATT_TMA_FWD4 2
 #define MF_ATT_TMA_DBIAS 4
@@ -151,6 +155,8 @@ int mf_attention_cuda_set_dbias_wg(int on);
 #define MF_ATT_TMA_FWD_WG 64
 #define MF_ATT_TMA_FUSED_WG2 128
 #define MF_ATT_TMA_DBIAS_WG2 256
+#define MF_ATT_TMA_MASK 512
+#define MF_ATT_TMA_GATE 1024
 int mf_attention_cuda_set_tma(int mask);
 /* The TMA fused pass's persistent grid, for the lab: at most per_sm CTAs per SM (0, the
  * default: as many as fit, 3 at D = 32). Returns the previous setting. */

@@ -63,6 +63,14 @@ static __device__ __forceinline__ void mf_tma_load_5d(uint32_t dst, const CUtens
       "l"((uint64_t)(uintptr_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
       : "memory");
 }
+static __device__ __forceinline__ void mf_tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                                      uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"((uint64_t)(uintptr_t)map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
 static __device__ __forceinline__ void mf_tma_load_4d(uint32_t dst, const CUtensorMap *map,
                                                       int c0, int c1, int c2, int c3, uint32_t bar) {
   asm volatile(
@@ -98,20 +106,25 @@ static inline PFN_cuTensorMapEncodeTiled_v12000 mf_tma_encoder(void) {
   return fn;
 }
 
-/* Host: a bf16 tensor map of `rank` dims (dims innermost first, strides in bytes of dims
- * 1..rank-1, box sizes), zero fill out of range. Returns 0 on success, -1 when the driver
- * refuses the shape (callers then take a path without TMA). */
-static inline int mf_tma_encode_bf16(CUtensorMap *map, const void *base, int rank,
-                                     const uint64_t *dims, const uint64_t *strides,
-                                     const uint32_t *box, CUtensorMapSwizzle swizzle) {
+/* Host: a tensor map of `rank` dims of element type ty (dims innermost first, strides in
+ * bytes of dims 1..rank-1, box sizes), zero fill out of range. Returns 0 on success, -1 when
+ * the driver refuses the shape (callers then take a path without TMA). */
+static inline int mf_tma_encode(CUtensorMap *map, CUtensorMapDataType ty, const void *base, int rank,
+                                const uint64_t *dims, const uint64_t *strides, const uint32_t *box,
+                                CUtensorMapSwizzle swizzle) {
   PFN_cuTensorMapEncodeTiled_v12000 enc = mf_tma_encoder();
   if (!enc) return -1;
   const cuuint32_t ones[5] = {1, 1, 1, 1, 1};
-  const CUresult r = enc(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, (cuuint32_t)rank, const_cast<void *>(base),
+  const CUresult r = enc(map, ty, (cuuint32_t)rank, const_cast<void *>(base),
                          (const cuuint64_t *)dims, (const cuuint64_t *)strides, (const cuuint32_t *)box,
                          ones, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                          CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? 0 : -1;
+}
+static inline int mf_tma_encode_bf16(CUtensorMap *map, const void *base, int rank,
+                                     const uint64_t *dims, const uint64_t *strides,
+                                     const uint32_t *box, CUtensorMapSwizzle swizzle) {
+  return mf_tma_encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, base, rank, dims, strides, box, swizzle);
 }
 
 #endif
