@@ -687,7 +687,8 @@ static void test_ln_rows(int64_t M, int C, mf_ln_mode mode, int accumulate, uint
  * K2 > 0: the second term), with d (M, lda) of which K columns are used, w (K, 128), d2
  * (M, K2 + 8) of which K2 columns are used, w2 (K2, 128), against the CPU reference in
  * double (the products in double, then mf_layernorm_backward); dinp assigned or added,
- * dγ/dβ through the partial rows and mf_ln_param_grad_reduce_cuda; run twice,
+ * dγ/dβ through the partial rows and mf_ln_param_grad_reduce_cuda; run twice, with its
+ * blocks copied by TMA (the default) and by cp.async (mf_gemm_ln_bwd_set_tma(0)),
  * bit-identical. Then the path it replaced (cuBLAS into fp32 dx̂, mf_ln_rows_backward_cuda)
  * against the same reference, so both stay within the tolerance. */
 static void test_gemm_ln_bwd(int64_t M, int K, int64_t lda, int K2, mf_ln_mode mode, int accumulate,
@@ -730,7 +731,8 @@ static void test_gemm_ln_bwd(int64_t M, int K, int64_t lda, int K2, mf_ln_mode m
            (long long)lda, K2, mode_name(mode), accumulate ? " dx+=" : "");
   MF_TEST(mf_gemm_ln_bwd_supported(terms, nt, C, mode, x_d, dx_d), "%s: supported", what);
   raw_set runs[2] = {};
-  for (int run = 0; run < 3; run++) { /* 0, 1: the kernel; 2: cuBLAS + the row kernel */
+  const int tma_prev = mf_gemm_ln_bwd_set_tma(-1);
+  for (int run = 0; run < 3; run++) { /* 0, 1: the kernel (TMA, cp.async); 2: cuBLAS + the row kernel */
     if (accumulate) up_bf16(dx_d, dx0, M * C);
     else poison(dx_d, M * C * 2);
     poison(part_d, (size_t)parts * 2 * C * 4);
@@ -738,6 +740,7 @@ static void test_gemm_ln_bwd(int64_t M, int K, int64_t lda, int K2, mf_ln_mode m
     MF_CHECK_CUDA(cudaMemset(db_d, 0, C * 4));
     int np = 0;
     if (run < 2) {
+      mf_gemm_ln_bwd_set_tma(run == 0);
       np = mf_gemm_ln_bwd_cuda(dx_d, accumulate, part_d, terms, nt, x_d, mean_d, rstd_d, g_d, M, C,
                                mode, 0);
       MF_TEST(np == mf_gemm_ln_bwd_parts(M) && np <= parts, "%s: %d partial rows", what, np);
@@ -767,6 +770,7 @@ static void test_gemm_ln_bwd(int64_t M, int K, int64_t lda, int K2, mf_ln_mode m
     snprintf(w2s, sizeof w2s, "%s%s: dbeta", what, tag);
     if (mode == MF_LN_FULL) check_f32(w2s, db_d, db, C, TOL);
   }
+  mf_gemm_ln_bwd_set_tma(tma_prev);
   end_runs(runs, what);
   /* what the kernel refuses: a first term of k % 64 != 0 beside a second, k % 8 != 0 */
   const mf_gemm_ln_term bad[2] = {{d_d, lda, w_d, 72}, {d2_d, ld2, w2_d, 8}};
@@ -1017,6 +1021,9 @@ int main(void) {
     /* the wgmma input projection (channel-major) and the fused output side */
     test_trimul(33, 128, 128, 0, 1, 1, 0, s += 20);
     test_trimul(65, 128, 128, 1, 1, 0, 1024, s += 20);
+    /* the GEMM + LayerNorm backward (TMA and cp.async): two terms, several tiles per CTA */
+    test_gemm_ln_bwd(40000, 64, 64, 8, MF_LN_SCALE, 1, s += 20);
+    test_gemm_ln_bwd(300, 136, 144, 0, MF_LN_FULL, 0, s += 20);
     mf_cuda_blas_destroy(&g_blas); /* after the last test that uses it (was before test_trimul) */
     return mf_test_end();
   }

@@ -43,6 +43,11 @@ int mf_gemm_ln_bwd_supported(const mf_gemm_ln_term *t, int nt, int C, mf_ln_mode
  * A/B runs; MF_GEMM_LN_BWD=0 in the environment turns it off at the first query. */
 int mf_gemm_ln_bwd_enabled(void);
 int mf_gemm_ln_bwd_set_enabled(int v);
+/* Whether the kernel copies its blocks by TMA (default 1; same bits as the cp.async
+ * version); set_tma(v) sets it for v = 0 / 1 and returns the previous value (v < 0 only
+ * reads it). For the tests and A/B runs; MF_GEMM_LN_BWD_TMA=0 in the environment turns it
+ * off at the first query. */
+int mf_gemm_ln_bwd_set_tma(int v);
 
 /* Partial rows the kernel writes for `rows` rows: min(⌈rows/128⌉, SMs) ≤
  * mf_ln_rows_backward_parts(rows), so a buffer sized for the row kernel is large enough. */

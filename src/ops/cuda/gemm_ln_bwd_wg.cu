@@ -35,14 +35,20 @@
  * LayerNorm output for the callers' dW GEMMs during the first step (dropping their row
  * pass): block and trimul unchanged within 0.02 ms, not kept. What would move it:
  * W's L2 traffic (TMA multicast across a CTA pair) and producing D on chip (fusing the
- * trimul's gated backward that writes it). */
+ * trimul's gated backward that writes it).
+ * gl_tma_kernel (the default since 2026-11-30, dev/cuda/README step 20) is this kernel with
+ * its blocks copied by TMA and no CTA-wide barrier per step: the Pairformer block at N =
+ * 768 26.11 / 26.15 / 25.98 → 25.93 / 25.88 / 25.91 ms (same binary, MF_GEMM_LN_BWD_TMA=0/1
+ * alternated), about −14 µs of its 12 calls' ~160 µs each. */
 #include "gemm_ln_bwd_cuda.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "fusion_util.cuh"
 #include "ln_linear_cuda.h"
 #include "ln_tile.cuh"
+#include "tma_ptx.cuh"
 #include "wgmma_ptx.cuh"
 
 #define GL_THREADS 256 /* two warpgroups */
@@ -55,12 +61,14 @@
  *            (two 64-column halves of GL_BK rows × 128 B) — 32 KB;
  *   xs[2]:   a tile's raw input rows, C/64 blocks of (LG_BM rows × 128 B), then its dinp;
  *   st[2]:   a tile's mean and rstd (LG_BM each, fp32);
- *   gam:     γ (C fp32). */
+ *   gam:     γ (C fp32);
+ *   bars:    gl_tma_kernel's barriers: full[GL_S], empty[GL_S], xe[2]. */
 struct gl_layout {
   static constexpr int DB = LG_BM * 128, WB = GL_BK * 128 * (GL_C / 64), STAGE = DB + WB;
   static constexpr int XT = (GL_C / 64) * LG_BM * 128, ST = 2 * LG_BM * 4;
   static constexpr int stages = 0, xs = GL_S * STAGE, st = xs + 2 * XT, gam = st + 2 * ST;
-  static constexpr int bytes = gam + GL_C * 4 + 1024; /* + the alignment slack */
+  static constexpr int bars = gam + GL_C * 4;
+  static constexpr int bytes = bars + (2 * GL_S + 2) * 8 + 1024; /* + the alignment slack */
 };
 static_assert(gl_layout::bytes <= 227 * 1024, "gemm_ln_bwd_wg: shared memory");
 static_assert(GL_S * gl_layout::STAGE >= 8 * 2 * GL_C * 4, "gemm_ln_bwd_wg: reduction room");
@@ -199,6 +207,151 @@ static __global__ void __launch_bounds__(GL_THREADS, 1) gl_kernel(const gl_param
   if (p.part) lg_cta_part_store<C>((float *)(sm + L::stages), pg, pb, p.part, warp, lane);
 }
 
+/* gl_kernel with its blocks copied by TMA (the default where the maps encode; README step
+ * 20 of dev/cuda): thread 0 issues each step's D box (128 rows × 64 k, 128-byte swizzle,
+ * zeros past K and M) and W's two 64-column halves, and on a tile's first step its raw
+ * rows (two boxes) and (mean, rstd) (1-D boxes, zeros past M), all onto the stage's full
+ * barrier, instead of 256 threads' cp.async with their address arithmetic. No CTA-wide
+ * barrier per step: every thread arrives on the stage's empty barrier after its wgmma
+ * has read it, and on its tile buffer's xe barrier after the LayerNorm backward has
+ * stored from it; thread 0 refills a stage (a tile buffer) once those completed. The
+ * products, the LayerNorm backward and every order are gl_kernel's: same bits. */
+struct gl_tmaps {
+  CUtensorMap d[2], w[2]; /* the terms' D (box 64 k × 128 rows) and W (64 n × 64 k) */
+  CUtensorMap inp;        /* (M, C): box 64 channels × 128 rows */
+  CUtensorMap mean, rstd; /* (M) fp32: box 128 */
+};
+
+static __global__ void __launch_bounds__(GL_THREADS, 1)
+    gl_tma_kernel(const gl_params p, const __grid_constant__ gl_tmaps tm, const bf16 *gamma, int mode) {
+  typedef gl_layout L;
+  constexpr int C = GL_C;
+  extern __shared__ unsigned char gl_raw[];
+  unsigned char *sm = gl_raw + ((1024u - (mf_smem_u32(gl_raw) & 1023u)) & 1023u);
+  const uint32_t sa = mf_smem_u32(sm);
+  const uint32_t fullb = sa + L::bars, emptyb = fullb + 8 * GL_S, xeb = emptyb + 8 * GL_S;
+  float *gam = (float *)(sm + L::gam);
+  const int tid = threadIdx.x, lane = tid & 31, warp = lg_warp_id(), wg = warp >> 2, wl = warp & 3;
+  const int t4 = lane & 3;
+  const int64_t ntiles = (p.M + LG_BM - 1) / LG_BM;
+  const int nk = p.nk1 + (p.K[1] + GL_BK - 1) / GL_BK;
+  const int dist = nk < GL_S - 1 ? nk : GL_S - 1; /* as gl_kernel's */
+  if (tid == 0) {
+    for (int s = 0; s < GL_S; s++) {
+      mf_mbar_init(fullb + 8 * s, 1);
+      mf_mbar_init(emptyb + 8 * s, GL_THREADS);
+    }
+    mf_mbar_init(xeb, GL_THREADS);
+    mf_mbar_init(xeb + 8, GL_THREADS);
+    mf_mbar_init_fence();
+  }
+  if (tid < C) gam[tid] = mode == MF_LN_NONE ? 1.0f : mf_bf16_to_f32(gamma[tid]);
+  __syncthreads();
+  /* thread 0: step g of this CTA's sequence (tile g / nk, k-step g % nk) into stage g % GL_S */
+  auto issue = [&](int64_t g) {
+    const int64_t i = g / nk, t = (int64_t)blockIdx.x + i * gridDim.x;
+    if (t >= ntiles) return;
+    const int s = (int)(g % GL_S), ks = (int)(g - i * nk), tm1 = ks >= p.nk1;
+    const int k0 = (tm1 ? ks - p.nk1 : ks) * GL_BK, m0 = (int)(t * LG_BM);
+    const uint32_t fb = fullb + 8 * s, stage = sa + L::stages + s * L::STAGE;
+    if (g >= GL_S) mf_mbar_wait(emptyb + 8 * s, (uint32_t)((g / GL_S - 1) & 1)); /* step g − GL_S read */
+    if (ks == 0 && i >= 2) mf_mbar_wait(xeb + 8 * (int)(i & 1), (uint32_t)(((i - 2) / 2) & 1)); /* tile i − 2 */
+    mf_mbar_expect_tx(fb, L::STAGE + (ks == 0 ? L::XT + 2 * LG_BM * 4 : 0));
+    mf_tma_load_2d(stage, tm1 ? &tm.d[1] : &tm.d[0], k0, m0, fb);
+    for (int h = 0; h < GL_C / 64; h++)
+      mf_tma_load_2d(stage + L::DB + h * (GL_BK * 128), tm1 ? &tm.w[1] : &tm.w[0], 64 * h, k0, fb);
+    if (ks == 0) {
+      const uint32_t xs = sa + L::xs + (int)(i & 1) * L::XT, st = sa + L::st + (int)(i & 1) * L::ST;
+      for (int h = 0; h < GL_C / 64; h++) mf_tma_load_2d(xs + h * (LG_BM * 128), &tm.inp, 64 * h, m0, fb);
+      mf_tma_load_1d(st, &tm.mean, m0, fb);
+      mf_tma_load_1d(st + LG_BM * 4, &tm.rstd, m0, fb);
+    }
+  };
+  if (tid == 0)
+    for (int s = 0; s < dist; s++) issue(s);
+  float pg[4] = {0.f, 0.f, 0.f, 0.f}, pb[4] = {0.f, 0.f, 0.f, 0.f};
+  const int ra = wg * 64 + wl * 16 + (lane >> 2); /* this thread's accumulator rows ra, ra + 8 */
+  int64_t g = 0;
+  int i = 0;
+  for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x, i++) {
+    const int64_t m0 = t * LG_BM;
+    const int rows = (int)(p.M - m0 < LG_BM ? p.M - m0 : LG_BM);
+    float acc[C / 2]; /* dx̂: this warpgroup's 64 rows × C */
+#pragma unroll
+    for (int k = 0; k < C / 2; k++) acc[k] = 0.0f;
+    for (int ks = 0; ks < nk; ks++, g++) {
+      const int s = (int)(g % GL_S);
+      mf_mbar_wait(fullb + 8 * s, (uint32_t)((g / GL_S) & 1));
+      const uint32_t su = sa + L::stages + s * L::STAGE;
+      mf_wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < GL_BK / 16; kk++)
+        mf_wg_ss_n128<1>(acc, mf_wg_desc(su + wg * 64 * 128 + kk * 32),
+                         mf_wg_desc_mn(su + L::DB + kk * 2048, GL_BK * 128), 1);
+      mf_wg_commit();
+      if (tid == 0) issue(g + dist); /* under this step's products */
+      __syncwarp();
+      mf_wg_wait<0>();
+      mf_wg_pin(acc);
+      mf_mbar_arrive(emptyb + 8 * s); /* this thread's product has read the stage */
+    }
+    unsigned char *xr = sm + L::xs + (i & 1) * L::XT;
+    const float *st = (const float *)(sm + L::st + (i & 1) * L::ST);
+    const float mu[2] = {st[ra], st[ra + 8]}, rs[2] = {st[LG_BM + ra], st[LG_BM + ra + 8]};
+    float vg[C / 4], vb[C / 4];
+    lg_ln_bwd_rows<C>(acc, xr, gam, mu, rs, ra, rows, t4, p.dinp ? xr : NULL, LG_BM * 128, 0,
+                      p.dinp ? p.dinp + m0 * C : NULL, p.add, vg, vb);
+    if (p.dinp) {
+      const int tw = tid & 127, nr = rows - wg * 64;
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); /* the group's rows staged */
+      lg_store_block64(p.dinp + (m0 + wg * 64) * C, C, xr + wg * 64 * 128, nr, tw);
+      lg_store_block64(p.dinp + (m0 + wg * 64) * C + 64, C, xr + LG_BM * 128 + wg * 64 * 128, nr, tw);
+    }
+    mf_fence_proxy_async(); /* this thread's accesses to the tile buffer, before TMA refills it */
+    mf_mbar_arrive(xeb + 8 * (i & 1));
+    if (p.part) {
+      lg_reduce_scatter32(vg, pg, lane);
+      lg_reduce_scatter32(vb, pb, lane);
+    }
+  }
+  if (p.part) lg_cta_part_store<C>((float *)(sm + L::stages), pg, pb, p.part, warp, lane);
+}
+
+/* The maps of gl_tma_kernel; false where the driver refuses one (the caller runs gl_kernel). */
+static bool gl_maps(gl_tmaps *m, const gl_params &p, int nt) {
+  memset(m, 0, sizeof *m);
+  for (int j = 0; j < nt; j++) {
+    const uint64_t dd[2] = {(uint64_t)p.K[j], (uint64_t)p.M}, ds[1] = {(uint64_t)p.ld[j] * 2};
+    const uint32_t db[2] = {GL_BK, LG_BM};
+    const uint64_t wd[2] = {(uint64_t)GL_C, (uint64_t)p.K[j]}, ws[1] = {(uint64_t)GL_C * 2};
+    const uint32_t wb[2] = {64, GL_BK};
+    if (mf_tma_encode_bf16(&m->d[j], p.d[j], 2, dd, ds, db, CU_TENSOR_MAP_SWIZZLE_128B) != 0 ||
+        mf_tma_encode_bf16(&m->w[j], p.w[j], 2, wd, ws, wb, CU_TENSOR_MAP_SWIZZLE_128B) != 0)
+      return false;
+  }
+  const uint64_t xd[2] = {(uint64_t)GL_C, (uint64_t)p.M}, xst[1] = {(uint64_t)GL_C * 2};
+  const uint32_t xb[2] = {64, LG_BM};
+  const uint64_t sd[1] = {(uint64_t)p.M}, sst[1] = {4};
+  const uint32_t sbx[1] = {LG_BM};
+  return mf_tma_encode_bf16(&m->inp, p.inp, 2, xd, xst, xb, CU_TENSOR_MAP_SWIZZLE_128B) == 0 &&
+         mf_tma_encode(&m->mean, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.mean, 1, sd, sst, sbx,
+                       CU_TENSOR_MAP_SWIZZLE_NONE) == 0 &&
+         mf_tma_encode(&m->rstd, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.rstd, 1, sd, sst, sbx,
+                       CU_TENSOR_MAP_SWIZZLE_NONE) == 0;
+}
+
+static int g_gl_tma = -1; /* −1: not yet read from the environment */
+
+extern "C" int mf_gemm_ln_bwd_set_tma(int v) {
+  if (g_gl_tma < 0) {
+    const char *e = getenv("MF_GEMM_LN_BWD_TMA");
+    g_gl_tma = e && e[0] == '0' ? 0 : 1;
+  }
+  const int prev = g_gl_tma;
+  if (v >= 0) g_gl_tma = v ? 1 : 0;
+  return prev;
+}
+
 static int gl_aligned(const void *q) { return ((uintptr_t)q & 15) == 0; }
 
 extern "C" int mf_gemm_ln_bwd_supported(const mf_gemm_ln_term *t, int nt, int C, mf_ln_mode mode,
@@ -265,8 +418,14 @@ extern "C" int mf_gemm_ln_bwd_cuda(bf16 *dinp, int add, float *part, const mf_ge
   p.nk1 = (t[0].k + GL_BK - 1) / GL_BK;
   p.add = add ? 1 : 0;
   const int smem = gl_layout::bytes;
-  MF_CHECK_CUDA(cudaFuncSetAttribute(gl_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  gl_kernel<<<grid, GL_THREADS, smem, stream>>>(p, gamma, (int)mode);
+  gl_tmaps tm;
+  if (mf_gemm_ln_bwd_set_tma(-1) && gl_aligned(mean) && gl_aligned(rstd) && gl_maps(&tm, p, nt)) {
+    MF_CHECK_CUDA(cudaFuncSetAttribute(gl_tma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    gl_tma_kernel<<<grid, GL_THREADS, smem, stream>>>(p, tm, gamma, (int)mode);
+  } else {
+    MF_CHECK_CUDA(cudaFuncSetAttribute(gl_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    gl_kernel<<<grid, GL_THREADS, smem, stream>>>(p, gamma, (int)mode);
+  }
   MF_CHECK_LAUNCH();
   return grid;
 }

@@ -63,6 +63,13 @@ static __device__ __forceinline__ void mf_tma_load_5d(uint32_t dst, const CUtens
       "l"((uint64_t)(uintptr_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
       : "memory");
 }
+static __device__ __forceinline__ void mf_tma_load_1d(uint32_t dst, const CUtensorMap *map, int c0, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2}], [%3];\n" ::"r"(dst),
+      "l"((uint64_t)(uintptr_t)map), "r"(c0), "r"(bar)
+      : "memory");
+}
 static __device__ __forceinline__ void mf_tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
                                                       uint32_t bar) {
   asm volatile(
