@@ -38,8 +38,8 @@
  * trimul's gated backward that writes it).
  * gl_tma_kernel (the default since 2026-11-30, dev/cuda/README step 20) is this kernel with
  * its blocks copied by TMA and no CTA-wide barrier per step: the Pairformer block at N =
- * 768 26.11 / 26.15 / 25.98 → 25.93 / 25.88 / 25.91 ms (same binary, MF_GEMM_LN_BWD_TMA=0/1
- * alternated), about −14 µs of its 12 calls' ~160 µs each. */
+ * 768 26.05 / 25.93 → 25.79 / 25.70 ms (same binary, MF_GEMM_LN_BWD_TMA=0/1 alternated,
+ * 17:08 UTC), about −20 µs of each of its 12 calls' ~160 µs. */
 #include "gemm_ln_bwd_cuda.h"
 
 #include <stdlib.h>
@@ -139,6 +139,46 @@ static __device__ __forceinline__ void gl_wait_dist(int dist) {
   else mf_cp_async_wait<0>();
 }
 
+/* One k-step's products into acc (this warpgroup's 64 rows × C): the stage at shared
+ * address su, 4 × wgmma m64n128k16, committed, not waited for. */
+static __device__ __forceinline__ void gl_step_mma(float (&acc)[GL_C / 2], uint32_t su, int wg) {
+  typedef gl_layout L;
+  mf_wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < GL_BK / 16; kk++)
+    mf_wg_ss_n128<1>(acc, mf_wg_desc(su + wg * 64 * 128 + kk * 32),
+                     mf_wg_desc_mn(su + L::DB + kk * 2048, GL_BK * 128), 1);
+  mf_wg_commit();
+}
+
+/* The end of tile i (rows m0 .. m0 + rows − 1): the LayerNorm backward from acc with the
+ * raw rows and statistics of tile buffer i & 1, dinp written over the raw rows and then
+ * stored 16 bytes at a time, the dγ/dβ column terms reduce-scattered into pg, pb. */
+static __device__ __forceinline__ void gl_tile_end(const gl_params &p, unsigned char *sm, int i, int64_t m0,
+                                                   int rows, const float (&acc)[GL_C / 2], const float *gam,
+                                                   float (&pg)[4], float (&pb)[4]) {
+  typedef gl_layout L;
+  constexpr int C = GL_C;
+  const int lane = threadIdx.x & 31, warp = lg_warp_id(), wg = warp >> 2, wl = warp & 3;
+  const int ra = wg * 64 + wl * 16 + (lane >> 2); /* this thread's accumulator rows ra, ra + 8 */
+  unsigned char *xr = sm + L::xs + (i & 1) * L::XT;
+  const float *st = (const float *)(sm + L::st + (i & 1) * L::ST);
+  const float mu[2] = {st[ra], st[ra + 8]}, rs[2] = {st[LG_BM + ra], st[LG_BM + ra + 8]};
+  float vg[C / 4], vb[C / 4];
+  lg_ln_bwd_rows<C>(acc, xr, gam, mu, rs, ra, rows, lane & 3, p.dinp ? xr : NULL, LG_BM * 128, 0,
+                    p.dinp ? p.dinp + m0 * C : NULL, p.add, vg, vb);
+  if (p.dinp) {
+    const int tid = (int)(threadIdx.x & 127), nr = rows - wg * 64;
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); /* the group's rows staged */
+    lg_store_block64(p.dinp + (m0 + wg * 64) * C, C, xr + wg * 64 * 128, nr, tid);
+    lg_store_block64(p.dinp + (m0 + wg * 64) * C + 64, C, xr + LG_BM * 128 + wg * 64 * 128, nr, tid);
+  }
+  if (p.part) {
+    lg_reduce_scatter32(vg, pg, lane);
+    lg_reduce_scatter32(vb, pb, lane);
+  }
+}
+
 static __global__ void __launch_bounds__(GL_THREADS, 1) gl_kernel(const gl_params p, const bf16 *gamma,
                                                                   int mode) {
   typedef gl_layout L;
@@ -146,8 +186,7 @@ static __global__ void __launch_bounds__(GL_THREADS, 1) gl_kernel(const gl_param
   extern __shared__ unsigned char gl_raw[];
   unsigned char *sm = gl_raw + ((1024u - (mf_smem_u32(gl_raw) & 1023u)) & 1023u);
   float *gam = (float *)(sm + L::gam);
-  const int lane = threadIdx.x & 31, warp = lg_warp_id(), wg = warp >> 2, wl = warp & 3;
-  const int t4 = lane & 3;
+  const int lane = threadIdx.x & 31, warp = lg_warp_id(), wg = warp >> 2;
   const int64_t ntiles = (p.M + LG_BM - 1) / LG_BM;
   const int nk = p.nk1 + (p.K[1] + GL_BK - 1) / GL_BK;
   /* the prefetch distance: at most GL_S − 1 and at most one tile's steps, so that a tile
@@ -160,7 +199,6 @@ static __global__ void __launch_bounds__(GL_THREADS, 1) gl_kernel(const gl_param
     gl_load_step(sm, p, s, nk, ntiles);
     mf_cp_async_commit();
   }
-  const int ra = wg * 64 + wl * 16 + (lane >> 2); /* this thread's accumulator rows ra, ra + 8 */
   int64_t g = 0;
   int i = 0;
   for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x, i++) {
@@ -175,33 +213,11 @@ static __global__ void __launch_bounds__(GL_THREADS, 1) gl_kernel(const gl_param
       __syncthreads(); /* step g is here for everyone; step g − 1's stage is free */
       gl_load_step(sm, p, g + dist, nk, ntiles);
       mf_cp_async_commit();
-      const uint32_t su = mf_smem_u32(sm + L::stages + (int)(g % GL_S) * L::STAGE);
-      mf_wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < GL_BK / 16; kk++)
-        mf_wg_ss_n128<1>(acc, mf_wg_desc(su + wg * 64 * 128 + kk * 32),
-                         mf_wg_desc_mn(su + L::DB + kk * 2048, GL_BK * 128), 1);
-      mf_wg_commit();
+      gl_step_mma(acc, mf_smem_u32(sm + L::stages + (int)(g % GL_S) * L::STAGE), wg);
       mf_wg_wait<0>();
       mf_wg_pin(acc);
     }
-    /* the LayerNorm backward; dinp over the raw rows, then 16-byte stores */
-    unsigned char *xr = sm + L::xs + (i & 1) * L::XT;
-    const float *st = (const float *)(sm + L::st + (i & 1) * L::ST);
-    const float mu[2] = {st[ra], st[ra + 8]}, rs[2] = {st[LG_BM + ra], st[LG_BM + ra + 8]};
-    float vg[C / 4], vb[C / 4];
-    lg_ln_bwd_rows<C>(acc, xr, gam, mu, rs, ra, rows, t4, p.dinp ? xr : NULL, LG_BM * 128, 0,
-                      p.dinp ? p.dinp + m0 * C : NULL, p.add, vg, vb);
-    if (p.dinp) {
-      const int tid = (int)(threadIdx.x & 127), nr = rows - wg * 64;
-      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); /* the group's rows staged */
-      lg_store_block64(p.dinp + (m0 + wg * 64) * C, C, xr + wg * 64 * 128, nr, tid);
-      lg_store_block64(p.dinp + (m0 + wg * 64) * C + 64, C, xr + LG_BM * 128 + wg * 64 * 128, nr, tid);
-    }
-    if (p.part) {
-      lg_reduce_scatter32(vg, pg, lane);
-      lg_reduce_scatter32(vb, pb, lane);
-    }
+    gl_tile_end(p, sm, i, m0, rows, acc, gam, pg, pb);
   }
   mf_cp_async_wait<0>();
   if (p.part) lg_cta_part_store<C>((float *)(sm + L::stages), pg, pb, p.part, warp, lane);
@@ -231,8 +247,7 @@ static __global__ void __launch_bounds__(GL_THREADS, 1)
   const uint32_t sa = mf_smem_u32(sm);
   const uint32_t fullb = sa + L::bars, emptyb = fullb + 8 * GL_S, xeb = emptyb + 8 * GL_S;
   float *gam = (float *)(sm + L::gam);
-  const int tid = threadIdx.x, lane = tid & 31, warp = lg_warp_id(), wg = warp >> 2, wl = warp & 3;
-  const int t4 = lane & 3;
+  const int tid = threadIdx.x, lane = tid & 31, warp = lg_warp_id(), wg = warp >> 2;
   const int64_t ntiles = (p.M + LG_BM - 1) / LG_BM;
   const int nk = p.nk1 + (p.K[1] + GL_BK - 1) / GL_BK;
   const int dist = nk < GL_S - 1 ? nk : GL_S - 1; /* as gl_kernel's */
@@ -270,7 +285,6 @@ static __global__ void __launch_bounds__(GL_THREADS, 1)
   if (tid == 0)
     for (int s = 0; s < dist; s++) issue(s);
   float pg[4] = {0.f, 0.f, 0.f, 0.f}, pb[4] = {0.f, 0.f, 0.f, 0.f};
-  const int ra = wg * 64 + wl * 16 + (lane >> 2); /* this thread's accumulator rows ra, ra + 8 */
   int64_t g = 0;
   int i = 0;
   for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x, i++) {
@@ -282,37 +296,16 @@ static __global__ void __launch_bounds__(GL_THREADS, 1)
     for (int ks = 0; ks < nk; ks++, g++) {
       const int s = (int)(g % GL_S);
       mf_mbar_wait(fullb + 8 * s, (uint32_t)((g / GL_S) & 1));
-      const uint32_t su = sa + L::stages + s * L::STAGE;
-      mf_wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < GL_BK / 16; kk++)
-        mf_wg_ss_n128<1>(acc, mf_wg_desc(su + wg * 64 * 128 + kk * 32),
-                         mf_wg_desc_mn(su + L::DB + kk * 2048, GL_BK * 128), 1);
-      mf_wg_commit();
+      gl_step_mma(acc, sa + L::stages + s * L::STAGE, wg);
       if (tid == 0) issue(g + dist); /* under this step's products */
       __syncwarp();
       mf_wg_wait<0>();
       mf_wg_pin(acc);
       mf_mbar_arrive(emptyb + 8 * s); /* this thread's product has read the stage */
     }
-    unsigned char *xr = sm + L::xs + (i & 1) * L::XT;
-    const float *st = (const float *)(sm + L::st + (i & 1) * L::ST);
-    const float mu[2] = {st[ra], st[ra + 8]}, rs[2] = {st[LG_BM + ra], st[LG_BM + ra + 8]};
-    float vg[C / 4], vb[C / 4];
-    lg_ln_bwd_rows<C>(acc, xr, gam, mu, rs, ra, rows, t4, p.dinp ? xr : NULL, LG_BM * 128, 0,
-                      p.dinp ? p.dinp + m0 * C : NULL, p.add, vg, vb);
-    if (p.dinp) {
-      const int tw = tid & 127, nr = rows - wg * 64;
-      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); /* the group's rows staged */
-      lg_store_block64(p.dinp + (m0 + wg * 64) * C, C, xr + wg * 64 * 128, nr, tw);
-      lg_store_block64(p.dinp + (m0 + wg * 64) * C + 64, C, xr + LG_BM * 128 + wg * 64 * 128, nr, tw);
-    }
+    gl_tile_end(p, sm, i, m0, rows, acc, gam, pg, pb);
     mf_fence_proxy_async(); /* this thread's accesses to the tile buffer, before TMA refills it */
     mf_mbar_arrive(xeb + 8 * (i & 1));
-    if (p.part) {
-      lg_reduce_scatter32(vg, pg, lane);
-      lg_reduce_scatter32(vb, pb, lane);
-    }
   }
   if (p.part) lg_cta_part_store<C>((float *)(sm + L::stages), pg, pb, p.part, warp, lane);
 }
