@@ -179,6 +179,27 @@ static __device__ __forceinline__ void gl_tile_end(const gl_params &p, unsigned 
   }
 }
 
+/* This CTA's tiles (blockIdx.x, + gridDim.x, …), k-step by k-step: step(acc, g) adds step
+ * g's products into acc and waits for them (g counts the CTA's steps across its tiles);
+ * after a tile's last step gl_tile_end, then done(i) (i: the CTA's tile count). */
+template <class Step, class Done>
+static __device__ __forceinline__ void gl_tiles(const gl_params &p, unsigned char *sm, int nk, const float *gam,
+                                                float (&pg)[4], float (&pb)[4], Step &&step, Done &&done) {
+  const int64_t ntiles = (p.M + LG_BM - 1) / LG_BM;
+  int64_t g = 0;
+  int i = 0;
+  for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x, i++) {
+    const int64_t m0 = t * LG_BM;
+    const int rows = (int)(p.M - m0 < LG_BM ? p.M - m0 : LG_BM);
+    float acc[GL_C / 2]; /* dx̂: this warpgroup's 64 rows × C */
+#pragma unroll
+    for (int k = 0; k < GL_C / 2; k++) acc[k] = 0.0f;
+    for (int ks = 0; ks < nk; ks++, g++) step(acc, g);
+    gl_tile_end(p, sm, i, m0, rows, acc, gam, pg, pb);
+    done(i);
+  }
+}
+
 static __global__ void __launch_bounds__(GL_THREADS, 1) gl_kernel(const gl_params p, const bf16 *gamma,
                                                                   int mode) {
   typedef gl_layout L;
@@ -199,26 +220,19 @@ static __global__ void __launch_bounds__(GL_THREADS, 1) gl_kernel(const gl_param
     gl_load_step(sm, p, s, nk, ntiles);
     mf_cp_async_commit();
   }
-  int64_t g = 0;
-  int i = 0;
-  for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x, i++) {
-    const int64_t m0 = t * LG_BM;
-    const int rows = (int)(p.M - m0 < LG_BM ? p.M - m0 : LG_BM);
-    float acc[C / 2]; /* dx̂: this warpgroup's 64 rows × C */
-#pragma unroll
-    for (int k = 0; k < C / 2; k++) acc[k] = 0.0f;
-    for (int ks = 0; ks < nk; ks++, g++) {
-      gl_wait_dist(dist);
-      mf_fence_proxy_async();
-      __syncthreads(); /* step g is here for everyone; step g − 1's stage is free */
-      gl_load_step(sm, p, g + dist, nk, ntiles);
-      mf_cp_async_commit();
-      gl_step_mma(acc, mf_smem_u32(sm + L::stages + (int)(g % GL_S) * L::STAGE), wg);
-      mf_wg_wait<0>();
-      mf_wg_pin(acc);
-    }
-    gl_tile_end(p, sm, i, m0, rows, acc, gam, pg, pb);
-  }
+  gl_tiles(
+      p, sm, nk, gam, pg, pb,
+      [&](float(&acc)[C / 2], int64_t g) {
+        gl_wait_dist(dist);
+        mf_fence_proxy_async();
+        __syncthreads(); /* step g is here for everyone; step g − 1's stage is free */
+        gl_load_step(sm, p, g + dist, nk, ntiles);
+        mf_cp_async_commit();
+        gl_step_mma(acc, mf_smem_u32(sm + L::stages + (int)(g % GL_S) * L::STAGE), wg);
+        mf_wg_wait<0>();
+        mf_wg_pin(acc);
+      },
+      [](int) {});
   mf_cp_async_wait<0>();
   if (p.part) lg_cta_part_store<C>((float *)(sm + L::stages), pg, pb, p.part, warp, lane);
 }
@@ -285,28 +299,22 @@ static __global__ void __launch_bounds__(GL_THREADS, 1)
   if (tid == 0)
     for (int s = 0; s < dist; s++) issue(s);
   float pg[4] = {0.f, 0.f, 0.f, 0.f}, pb[4] = {0.f, 0.f, 0.f, 0.f};
-  int64_t g = 0;
-  int i = 0;
-  for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x, i++) {
-    const int64_t m0 = t * LG_BM;
-    const int rows = (int)(p.M - m0 < LG_BM ? p.M - m0 : LG_BM);
-    float acc[C / 2]; /* dx̂: this warpgroup's 64 rows × C */
-#pragma unroll
-    for (int k = 0; k < C / 2; k++) acc[k] = 0.0f;
-    for (int ks = 0; ks < nk; ks++, g++) {
-      const int s = (int)(g % GL_S);
-      mf_mbar_wait(fullb + 8 * s, (uint32_t)((g / GL_S) & 1));
-      gl_step_mma(acc, sa + L::stages + s * L::STAGE, wg);
-      if (tid == 0) issue(g + dist); /* under this step's products */
-      __syncwarp();
-      mf_wg_wait<0>();
-      mf_wg_pin(acc);
-      mf_mbar_arrive(emptyb + 8 * s); /* this thread's product has read the stage */
-    }
-    gl_tile_end(p, sm, i, m0, rows, acc, gam, pg, pb);
-    mf_fence_proxy_async(); /* this thread's accesses to the tile buffer, before TMA refills it */
-    mf_mbar_arrive(xeb + 8 * (i & 1));
-  }
+  gl_tiles(
+      p, sm, nk, gam, pg, pb,
+      [&](float(&acc)[C / 2], int64_t g) {
+        const int s = (int)(g % GL_S);
+        mf_mbar_wait(fullb + 8 * s, (uint32_t)((g / GL_S) & 1));
+        gl_step_mma(acc, sa + L::stages + s * L::STAGE, wg);
+        if (tid == 0) issue(g + dist); /* under this step's products */
+        __syncwarp();
+        mf_wg_wait<0>();
+        mf_wg_pin(acc);
+        mf_mbar_arrive(emptyb + 8 * s); /* this thread's product has read the stage */
+      },
+      [&](int i) {
+        mf_fence_proxy_async(); /* this thread's accesses to the tile buffer, before TMA refills it */
+        mf_mbar_arrive(xeb + 8 * (i & 1));
+      });
   if (p.part) lg_cta_part_store<C>((float *)(sm + L::stages), pg, pb, p.part, warp, lane);
 }
 
