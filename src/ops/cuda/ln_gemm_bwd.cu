@@ -115,6 +115,10 @@ extern "C" int mf_ln_gemm_bwd_wg(int kind) {
   return kind == MF_LGB_LINEAR && g_lgb_variant[kind] == LGB_WG;
 }
 
+extern "C" int mf_ln_gemm_bwd_config(int kind) {
+  return kind >= 0 && kind <= 2 ? g_lgb_variant[kind] : 0;
+}
+
 extern "C" int mf_ln_gemm_bwd_light(int kind) {
   return kind >= 0 && kind <= 2 && lgb_is_light(g_lgb_variant[kind]);
 }

@@ -76,6 +76,9 @@ int mf_ln_gemm_bwd_supported(int kind, int C, int O, mf_ln_mode mode, const void
 /* Whether configuration 7 (the wgmma LayerNorm + Linear backward) is in force for kind. */
 int mf_ln_gemm_bwd_wg(int kind);
 
+/* The configuration in force for kind (0 .. 7; 0 for an unknown kind). */
+int mf_ln_gemm_bwd_config(int kind);
+
 /* Configuration 7's kernel (ln_linear_bwd_wg.cu): whether it takes the shape (C == 128,
  * O 64 or 128, mode FULL/SCALE/NONE, the given pointers 16-byte aligned, NULL ignored);
  * the bytes of fp32 partials it needs (0 for shapes it does not take); and the backward

@@ -10,6 +10,7 @@
 #include "ln_gemm_cuda.h"
 #include "ln_gemm_bwd_cuda.h"
 #include "ln_linear_cuda.h"
+#include "transition_bwd_cl_cuda.h"
 
 /* The kernels take VEC = 8 consecutive hidden channels per thread when Hd % 8 == 0. */
 
@@ -103,7 +104,8 @@ static size_t tr_carve(tr_ws *w, void *base, int64_t M, int C, int Hd) {
 
 extern "C" size_t mf_transition_cuda_workspace(int64_t M, int C, int Hd) {
   tr_ws w;
-  return tr_carve(&w, NULL, M, C, Hd);
+  const size_t staging = tr_carve(&w, NULL, M, C, Hd), cl = mf_transition_bwd_cl_workspace(C, Hd);
+  return staging > cl ? staging : cl;
 }
 
 static void tr_check(int64_t M, int C, int Hd, mf_ln_mode mode, const float *mean,
@@ -181,6 +183,20 @@ static void tr_backward(bf16 *dinp, float *dgamma, float *dbeta, float *dw_ab, f
   const int need_dx = dinp || dgamma || dbeta;
   const int need_dh = need_dx || dw_ab;
   if (!need_dh && !dw_o) return;
+  /* in place means the same rows: a partial overlap would race between CTAs */
+  MF_ASSERT(!dinp || (const bf16 *)dinp == dout || (const bf16 *)dinp >= dout + M * C ||
+                dout >= dinp + M * C,
+            "transition backward: dinp must equal dout or not overlap it");
+  /* default at C = 128: the whole backward in one cluster kernel, the weight gradients on
+   * chip (transition_bwd_cl.cu); off under the other ln_gemm_bwd configurations, so they
+   * stay testable */
+  if (!ident && mf_ln_gemm_bwd_config(MF_LGB_SWIGLU) == 7 &&
+      mf_transition_bwd_cl_supported(C, Hd, mode, inp, dout, mean, rstd, w_ab, w_o, dinp) &&
+      mf_transition_bwd_cl_workspace(C, Hd) <= ws_bytes) {
+    mf_transition_bwd_cl_cuda(dinp, add_dinp, dgamma, dbeta, dw_ab, dw_o, dout, mean, rstd, inp, gamma,
+                              beta, w_ab, w_o, M, Hd, mode, ws, ws_bytes, stream);
+    return;
+  }
   tr_ws w;
   MF_ASSERT(tr_carve(&w, NULL, M, C, Hd) <= ws_bytes, "transition_cuda: workspace too small");
   tr_carve(&w, ws, M, C, Hd);
@@ -195,10 +211,6 @@ static void tr_backward(bf16 *dinp, float *dgamma, float *dbeta, float *dw_ab, f
    * [da | db]·w_ab and the LayerNorm backward run here as on the staging path */
   const int light = fused && mf_ln_gemm_bwd_light(MF_LGB_SWIGLU);
   const int alias = dinp && dw_o && (const bf16 *)dinp < dout + M * C && dout < dinp + M * C;
-  /* in place means the same rows: a partial overlap would race between CTAs */
-  MF_ASSERT(!dinp || (const bf16 *)dinp == dout || (const bf16 *)dinp >= dout + M * C ||
-                dout >= dinp + M * C,
-            "transition backward: dinp must equal dout or not overlap it");
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
     const bf16 *dy = dout + r0 * C; /* (rows, C) */

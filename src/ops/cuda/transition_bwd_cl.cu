@@ -1,0 +1,740 @@
+/* transition_bwd_cl.cu — the SwiGLU transition's whole backward (C = 128, Hd = 64·S,
+ * S = 2, 4, 8) as ONE persistent kernel on thread block clusters of S CTAs (sm_90a):
+ * dinp, the dγ/dβ partials and the weight gradients dW_ab, dW_o, with nothing of the 4c
+ * hidden leaving the chip. The earlier backward (ln_gemm_bwd_wg.cu) keeps a row tile's
+ * whole hidden on one CTA, so it must write h, [da | db] and x̂ (1.95 GB at M = 768²) for
+ * cuBLAS to form dW from; here the hidden is split over the CTAs of a cluster instead, each
+ * holding its hidden chunk's weight gradients in registers for the whole run, and the one
+ * sum that then crosses CTAs — dx̂ = Σ_chunks [da | db]_j·W_ab,j — is reduce-scattered
+ * through distributed shared memory (st.async into the row owner's buffer).
+ *
+ * Cluster c takes the 64-row tiles c, c + ncl, …; CTA j of it owns hidden channels
+ * 64j .. 64j + 63 (rows j·64.. of W_a and of W_b, columns j·64.. of W_o, resident in shared
+ * memory) and rows j·64/S .. of every tile for the LayerNorm backward. Three warpgroups:
+ *   WG A: [a | b] = x̂·W_ab,jᵀ (64 × 128) and dh = dout·W_o[:, j] (64 × 64), wgmma from
+ *         shared memory; h = silu(a)·b, da, db (bf16) into shared memory and, as A
+ *         fragments, dx̂_j = [da | db]·W_ab,j in two 64-column halves; each half goes by
+ *         st.async to the rows' owners while the next is formed (16-byte stores laid out
+ *         so that a warp's store covers 512 contiguous bytes: tc_slot);
+ *   WG B: x̂ = LN(x) over the raw rows in place, two tiles ahead (γ, β from shared
+ *         memory), and dW_ab,j (128 × 128 fp32, registers for the whole run) += [da | db]ᵀ·x̂,
+ *         both operands read MN-major from shared memory;
+ *   WG C: issues the TMA copies (x, dout, mean, rstd of a tile; three stages, refilled as
+ *         soon as A, B and C have read one), accumulates dW_o[:, j] (128 × 64 fp32,
+ *         registers) += doutᵀ·h, and for its owned rows sums the S partials in rank order,
+ *         runs the LayerNorm backward (x and the old dinp prefetched from L2 while its
+ *         products run) and writes (or adds into) dinp, with its dγ/dβ column sums in
+ *         registers.
+ * setmaxnreg gives B's 128 accumulators room (tc_regs_*). Barriers: per stage full (TMA),
+ * x̂ ready, empty (all 384 threads); hidden ready / hidden free for the one h, [da | db]
+ * buffer; per CTA recv-full (32 KB of st.async transactions) and peer-free (S remote
+ * arrivals, relaxed: every owner has read its buffer, so the next tile's partials may
+ * come). At the end the weight-gradient partials (one per cluster) and the dγ/dβ partials
+ * (one per CTA) go to the workspace and small kernels add them up in cluster / CTA order.
+ * Every sum has a fixed order: two runs are bit-identical. Numerics as ln_gemm_bwd_wg.cu:
+ * x̂, h and [da | db] are rounded to bf16 where the tensor cores read them; the GEMM
+ * outputs, dh and dx̂ are fp32.
+ * Measured (H200, 2026-11-30, bench/evofusion, M = N², C = 128, Hd = 512): 1.80 ms at
+ * N = 768 and 0.48 ms at N = 384 against 2.18 / 0.61 for ln_gemm_bwd_wg.cu + cuBLAS. What
+ * bounds it is the exchange: each CTA's 32 KB of partials per tile leave by st.async at
+ * ≈ 40 GB/s per SM (dev/cuda/README.md step 21).
+ * Written by hand for the reason wgmma_ptx.cuh gives (no CUTLASS). */
+#include "transition_bwd_cl_cuda.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fusion_util.cuh"
+#include "ln_linear_cuda.h"
+#include "tma_ptx.cuh"
+#include "wgmma_ptx.cuh"
+
+#define TC_THREADS 384 /* three warpgroups: A, B, C */
+#define TC_C 128       /* the one channel width */
+#define TC_BM 64       /* rows per tile */
+#define TC_HC 64       /* hidden channels per CTA */
+
+/* Shared memory, byte offsets from a 1024-aligned base (operand blocks 1024-aligned, all
+ * in the 128-byte-swizzled layout of wgmma_ptx.cuh):
+ *   wab: [W_a; W_b] rows of this CTA's chunk (128 rows: 64 of W_a, 64 of W_b) × C, two
+ *        64-column blocks of 128 rows;
+ *   wo:  W_o[:, chunk] as C rows × 64 hidden, one block;
+ *   per input stage (TC_NS): xr the raw rows (TMA, two blocks of 64 rows), overwritten in
+ *        place by x̂; dy dout (TMA, the same);
+ *   hh:  h (64 rows × 64 hidden), dd: [da | db] (two blocks) — one buffer: B and C read
+ *        them long before A writes the next tile's;
+ *   recv: the S partial dx̂ slices of the owned rows, S slots of (64/S)·C fp32 in the
+ *         senders' order (tc_slot);
+ *   st:   per stage mean (64) and rstd (64) fp32 (TMA);
+ *   gb:   γ and β fp32 (1 where the mode has no γ, 0 where no β);
+ *   bar:  the mbarriers. */
+#define TC_NS 3 /* input stages */
+struct tc_layout {
+  static constexpr int WAB = 2 * 128 * 128, WO = TC_C * 128;
+  static constexpr int BLK = TC_BM * 128; /* one 64-column block of a tile */
+  static constexpr int xr = 0, dy = 2 * BLK, STAGE = 4 * BLK;
+  static constexpr int wab = 0, wo = WAB, stage = wo + WO, hh = stage + TC_NS * STAGE, dd = hh + BLK;
+  static constexpr int recv = dd + 2 * BLK, RECV = TC_BM * TC_C * 4;
+  static constexpr int st = recv + RECV, ST = 2 * TC_BM * 4, gb = st + TC_NS * ST, bar = gb + 2 * TC_C * 4;
+  static constexpr int NBAR = 3 * TC_NS + 4; /* full, xh, empty per stage; hd, hfree, rfull, pfree */
+  static constexpr int bytes = bar + NBAR * 8 + 1024;
+  static constexpr int TX_TILE = 4 * BLK + ST; /* x, dout, mean, rstd */
+};
+static_assert(tc_layout::bytes <= 227 * 1024, "transition_bwd_cl: shared memory");
+static_assert(tc_layout::stage % 1024 == 0 && tc_layout::hh % 1024 == 0 && tc_layout::recv % 1024 == 0,
+              "transition_bwd_cl: block alignment");
+
+struct tc_tmaps {
+  CUtensorMap x, dy, mean, rstd; /* (M, C) bf16 boxes 64 × 64 swizzled; (M) fp32 boxes 64 */
+};
+
+struct tc_params {
+  bf16 *dinp;               /* (M, C) or NULL */
+  float *pab, *po, *part;   /* per cluster (2Hd, C), (C, Hd); per CTA (2C); each may be NULL */
+  const bf16 *inp;          /* (M, C): the owned rows' x for the LayerNorm backward */
+  const float *mean, *rstd; /* (M) */
+  const bf16 *gamma, *beta; /* (C) */
+  const bf16 *w_ab, *w_o;   /* (2Hd, C), (C, Hd) */
+  int64_t M;
+  int Hd, mode, add;
+};
+
+static __device__ __forceinline__ uint32_t tc_pack(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t *>(&v);
+}
+
+/* σ(x) = (1 + tanh(x/2))/2: one MUFU operation. */
+static __device__ __forceinline__ float tc_sigmoid(float x) {
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(0.5f * x));
+  return fmaf(0.5f, t, 0.5f);
+}
+
+/* Register budgets per warpgroup (setmaxnreg; the launch gives each thread 168): B holds
+ * 128 accumulators for the whole run next to the x̂ pass and takes 200, C (64
+ * accumulators) gives up to 136, A keeps 168: 168 + 200 + 136 = 504 = 65536 / 128. */
+static __device__ __forceinline__ void tc_regs_b(void) { asm volatile("setmaxnreg.inc.sync.aligned.u32 200;\n" ::: "memory"); }
+static __device__ __forceinline__ void tc_regs_c(void) { asm volatile("setmaxnreg.dec.sync.aligned.u32 136;\n" ::: "memory"); }
+
+/* Float offset of row m's 16-byte piece (q, t4) in a source's slot of the receive buffer. */
+static __device__ __forceinline__ int tc_slot(int m, int q, int t4) {
+  return ((m >> 3) * 8 + q) * 128 + (m & 7) * 16 + t4 * 4;
+}
+
+/* Columns c0, c0 + 1 and c0 + 8, c0 + 9 of a bf16 row: two 4-byte loads. */
+static __device__ __forceinline__ uint2 tc_ld2(const bf16 *q) {
+  return make_uint2(*(const uint32_t *)q, *(const uint32_t *)(q + 8));
+}
+
+static __device__ __forceinline__ void tc_bar_c(void) { /* the 128 threads of WG C */
+  asm volatile("bar.sync 1, 128;\n" ::: "memory");
+}
+
+/* The TMA copies of tile t into stage s (one thread). */
+static __device__ __forceinline__ void tc_issue(const tc_tmaps &tm, uint32_t su, int s, uint32_t fullb, int64_t t) {
+  typedef tc_layout L;
+  const int r0 = (int)(t * TC_BM);
+  const uint32_t sb = su + L::stage + s * L::STAGE, stb = su + L::st + s * L::ST;
+  mf_mbar_expect_tx(fullb, L::TX_TILE);
+  mf_tma_load_2d(sb + L::xr, &tm.x, 0, r0, fullb);
+  mf_tma_load_2d(sb + L::xr + L::BLK, &tm.x, 64, r0, fullb);
+  mf_tma_load_2d(sb + L::dy, &tm.dy, 0, r0, fullb);
+  mf_tma_load_2d(sb + L::dy + L::BLK, &tm.dy, 64, r0, fullb);
+  mf_tma_load_1d(stb, &tm.mean, r0, fullb);
+  mf_tma_load_1d(stb + TC_BM * 4, &tm.rstd, r0, fullb);
+}
+
+template <int S>
+static __global__ void __launch_bounds__(TC_THREADS, 1)
+    tc_kernel(const tc_params p, const __grid_constant__ tc_tmaps tm) {
+  typedef tc_layout L;
+  constexpr int RPD = TC_BM / S; /* rows of a tile each CTA owns */
+  extern __shared__ unsigned char tc_smem_raw[];
+  unsigned char *sm = (unsigned char *)(((uintptr_t)tc_smem_raw + 1023) & ~(uintptr_t)1023);
+  const uint32_t su = (uint32_t)__cvta_generic_to_shared(sm);
+  const int tid = (int)threadIdx.x, wg = tid >> 7, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
+  const int wl = (tid >> 5) & 3; /* warp within its warpgroup */
+  const uint32_t rank = mf_cluster_rank(), cid = mf_cluster_id(), ncl = mf_cluster_count();
+  const int64_t ntiles = (p.M + TC_BM - 1) / TC_BM;
+  const int K = cid < ntiles ? (int)((ntiles - 1 - cid) / ncl + 1) : 0; /* this cluster's tiles */
+  const int Hd = p.Hd, j = (int)rank;
+
+  const uint32_t bar = su + L::bar;
+  auto full = [&](int s) { return bar + 8 * s; };
+  auto xhb = [&](int s) { return bar + 8 * (TC_NS + s); };
+  auto empty = [&](int s) { return bar + 8 * (2 * TC_NS + s); };
+  const uint32_t hdb = bar + 24 * TC_NS, hfree = hdb + 8, rfull = hdb + 16, pfree = hdb + 24;
+  if (tid == 0) {
+    for (int s = 0; s < TC_NS; s++) {
+      mf_mbar_init(full(s), 1);
+      mf_mbar_init(xhb(s), 128);
+      mf_mbar_init(empty(s), TC_THREADS);
+    }
+    mf_mbar_init(hdb, 128);
+    mf_mbar_init(hfree, 256);
+    mf_mbar_init(rfull, 1);
+    mf_mbar_init(pfree, S);
+    mf_mbar_init_fence();
+  }
+  /* the chunk's weights, swizzled, once */
+  for (int i = tid; i < 128 * 16; i += TC_THREADS) { /* wab: 128 rows × 16 chunks */
+    const int n = i >> 4, q = i & 15;
+    const int64_t row = n < TC_HC ? (int64_t)j * TC_HC + n : (int64_t)Hd + j * TC_HC + (n - TC_HC);
+    *(uint4 *)(sm + L::wab + (q >> 3) * (128 * 128) + mf_sw128_chunk(n, q & 7)) =
+        *(const uint4 *)(p.w_ab + row * TC_C + q * 8);
+  }
+  for (int i = tid; i < TC_C * 8; i += TC_THREADS) { /* wo: C rows × 8 chunks */
+    const int c = i >> 3, q = i & 7;
+    *(uint4 *)(sm + L::wo + mf_sw128_chunk(c, q)) = *(const uint4 *)(p.w_o + (int64_t)c * Hd + j * TC_HC + q * 8);
+  }
+  for (int c = tid; c < TC_C; c += TC_THREADS) {
+    ((float *)(sm + L::gb))[c] = p.mode == MF_LN_NONE ? 1.0f : mf_bf16_to_f32(p.gamma[c]);
+    ((float *)(sm + L::gb))[TC_C + c] = p.mode == MF_LN_FULL ? mf_bf16_to_f32(p.beta[c]) : 0.0f;
+  }
+  mf_fence_proxy_async();
+  __syncthreads();
+  if (tid == 256 && K > 0) mf_mbar_expect_tx(rfull, L::RECV);
+  mf_cluster_sync(); /* every CTA's barriers exist before any remote arrival */
+
+  unsigned char *hh = sm + L::hh, *dd = sm + L::dd;
+
+  if (wg == 0) {
+    /* ---------------------------------------------------------------- WG A */
+    const int rl = wl * 16 + g8; /* rows rl, rl + 8 of the tile */
+    const uint32_t dst0 = (uint32_t)(rl / RPD), dst1 = (uint32_t)((rl + 8) / RPD);
+    const uint32_t rb0 = mf_mapa(rfull, dst0), rb1 = mf_mapa(rfull, dst1);
+    /* The partial sums travel in the accumulator's order, so that each st.async of a warp
+     * writes 512 contiguous bytes (remote shared memory wants coalesced accesses, as global
+     * memory does): in the slot of source j at a destination, row m's 16-byte piece
+     * (q, t4) — columns 16q + 2·t4 + {0, 1} and 16q + 8 + 2·t4 + {0, 1} — lies at float
+     * tc_slot(m, q, t4); one warp's eight rows of a half share m / 8. */
+    const uint32_t ra0 = mf_mapa(su + L::recv + 4u * (uint32_t)(j * RPD * TC_C + tc_slot(rl % RPD, 0, t4)), dst0);
+    const uint32_t ra1 = mf_mapa(su + L::recv + 4u * (uint32_t)(j * RPD * TC_C + tc_slot((rl + 8) % RPD, 0, t4)), dst1);
+    /* pieces q0 .. q0 + 3 of the rows rl, rl + 8 from the n64 accumulator d (columns
+     * 64·(q0 / 4) ..) */
+    auto send = [&](const float(&d)[32], int q0) {
+#pragma unroll
+      for (int q = 0; q < 4; q++) {
+        mf_st_async_v4(ra0 + 512 * (q0 + q), d[8 * q], d[8 * q + 1], d[8 * q + 4], d[8 * q + 5], rb0);
+        mf_st_async_v4(ra1 + 512 * (q0 + q), d[8 * q + 2], d[8 * q + 3], d[8 * q + 6], d[8 * q + 7], rb1);
+      }
+    };
+    for (int k = 0; k < K; k++) {
+      const int s = k % TC_NS;
+      const uint32_t ph = (uint32_t)((k / TC_NS) & 1), sb = su + L::stage + s * L::STAGE;
+      mf_mbar_wait(full(s), ph);
+      mf_mbar_wait(xhb(s), ph);
+      float ab[64], dh[32];
+      mf_wg_fence();
+#pragma unroll
+      for (int q = 0; q < 8; q++) { /* [a | b] = x̂·W_ab,jᵀ */
+        const int kb = q >> 2, kk = q & 3;
+        mf_wg_ss_n128(ab, mf_wg_desc(sb + L::xr + kb * L::BLK + kk * 32),
+                      mf_wg_desc(su + L::wab + kb * (128 * 128) + kk * 32), q > 0);
+      }
+#pragma unroll
+      for (int q = 0; q < 8; q++) { /* dh = dout·W_o[:, j] (B MN-major) */
+        const int kb = q >> 2, kk = q & 3;
+        mf_wg_ss_n64<1>(dh, mf_wg_desc(sb + L::dy + kb * L::BLK + kk * 32), mf_wg_desc_mn(su + L::wo + q * 2048, L::BLK),
+                        q > 0);
+      }
+      mf_wg_commit();
+      mf_wg_wait<0>();
+      mf_wg_pin(ab);
+      mf_wg_pin(dh);
+      mf_mbar_arrive(empty(s)); /* x̂ and dout of the stage read */
+      if (k > 0) mf_mbar_wait(hfree, (uint32_t)((k - 1) & 1)); /* B and C read tile k − 1's h, [da | db] */
+
+      uint32_t fr[8][4]; /* k16 blocks 0..3: da, 4..7: db */
+#pragma unroll
+      for (int nt = 0; nt < 8; nt++) {
+        float dav[4], dbv[4], hv[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const float a = ab[4 * nt + e], b = ab[32 + 4 * nt + e], d = dh[4 * nt + e];
+          const float sg = tc_sigmoid(a), si = a * sg;
+          hv[e] = si * b;
+          dbv[e] = d * si;
+          dav[e] = d * b * sg * (1.0f + a * (1.0f - sg));
+        }
+        fr[nt / 2][2 * (nt & 1)] = tc_pack(dav[0], dav[1]);
+        fr[nt / 2][2 * (nt & 1) + 1] = tc_pack(dav[2], dav[3]);
+        fr[4 + nt / 2][2 * (nt & 1)] = tc_pack(dbv[0], dbv[1]);
+        fr[4 + nt / 2][2 * (nt & 1) + 1] = tc_pack(dbv[2], dbv[3]);
+        const uint32_t o0 = mf_sw128(rl, 8 * nt + 2 * t4), o1 = mf_sw128(rl + 8, 8 * nt + 2 * t4);
+        *(uint32_t *)(hh + o0) = tc_pack(hv[0], hv[1]);
+        *(uint32_t *)(hh + o1) = tc_pack(hv[2], hv[3]);
+        *(uint32_t *)(dd + o0) = fr[nt / 2][2 * (nt & 1)];
+        *(uint32_t *)(dd + o1) = fr[nt / 2][2 * (nt & 1) + 1];
+        *(uint32_t *)(dd + L::BLK + o0) = fr[4 + nt / 2][2 * (nt & 1)];
+        *(uint32_t *)(dd + L::BLK + o1) = fr[4 + nt / 2][2 * (nt & 1) + 1];
+      }
+      mf_fence_proxy_async();
+      mf_mbar_arrive(hdb); /* h and [da | db] of tile k written */
+
+      /* dx̂_j = [da | db]·W_ab,j (B MN-major) in two column halves: the first half goes to
+       * the rows' owners while the second is formed */
+      float lo[32], hi[32];
+      mf_wg_fence();
+#pragma unroll
+      for (int q = 0; q < 8; q++) mf_wg_rs_n64<1>(lo, fr[q], mf_wg_desc_mn(su + L::wab + q * 2048, 128 * 128), q > 0);
+      mf_wg_commit();
+#pragma unroll
+      for (int q = 0; q < 8; q++)
+        mf_wg_rs_n64<1>(hi, fr[q], mf_wg_desc_mn(su + L::wab + 128 * 128 + q * 2048, 128 * 128), q > 0);
+      mf_wg_commit();
+      mf_wg_wait<1>();
+      mf_wg_pin(lo);
+      if (k > 0) mf_mbar_wait_cluster(pfree, (uint32_t)((k - 1) & 1)); /* the owners read tile k − 1 */
+      send(lo, 0);
+      mf_wg_wait<0>();
+      mf_wg_pin(hi);
+      send(hi, 4);
+    }
+  } else if (wg == 1) {
+    /* ---------------------------------------------------------------- WG B */
+    tc_regs_b();
+    const int bt = tid - 128;
+    const int q16 = bt & 15, rb = bt >> 4; /* x̂: chunk q16 (columns 8·q16 ..) of rows rb + 8i */
+    /* x̂ of tile k over its raw rows, in place (γ, β of the thread's 8 columns from shared
+     * memory: registers are scarce next to the 128 accumulators) */
+    auto make_xhat = [&](int k) {
+      const int s = k % TC_NS;
+      mf_mbar_wait(full(s), (uint32_t)((k / TC_NS) & 1));
+      unsigned char *xr = sm + L::stage + s * L::STAGE + L::xr;
+      const float *stm = (const float *)(sm + L::st + s * L::ST);
+      const float *gb = (const float *)(sm + L::gb);
+      float gx[8], bx[8];
+#pragma unroll
+      for (int e = 0; e < 8; e += 4) {
+        *(float4 *)(gx + e) = *(const float4 *)(gb + 8 * q16 + e);
+        *(float4 *)(bx + e) = *(const float4 *)(gb + TC_C + 8 * q16 + e);
+      }
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        const int r = rb + 8 * i;
+        const uint32_t off = (uint32_t)((q16 >> 3) * L::BLK) + mf_sw128_chunk(r, q16 & 7);
+        const uint4 v = *(const uint4 *)(xr + off);
+        const float mu = stm[r], rs = stm[TC_BM + r];
+        const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&v;
+        uint4 o;
+        uint32_t *o32 = (uint32_t *)&o;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const float2 f = __bfloat1622float2(h2[e]);
+          o32[e] = tc_pack((f.x - mu) * rs * gx[2 * e] + bx[2 * e], (f.y - mu) * rs * gx[2 * e + 1] + bx[2 * e + 1]);
+        }
+        *(uint4 *)(xr + off) = o;
+      }
+      mf_fence_proxy_async();
+      mf_mbar_arrive(xhb(s));
+    };
+    for (int k = 0; k < 2 && k < K; k++) make_xhat(k);
+
+    float wa[64], wb[64]; /* dW_a,j, dW_b,j rows 16·wl + g8 (+ 8) */
+#pragma unroll
+    for (int i = 0; i < 64; i++) wa[i] = wb[i] = 0.0f;
+    for (int k = 0; k < K; k++) {
+      const int s = k % TC_NS;
+      const uint32_t sb = su + L::stage + s * L::STAGE;
+      mf_mbar_wait(hdb, (uint32_t)(k & 1));
+      mf_wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++) { /* k = the tile's rows, 16 per step */
+        const uint64_t bx = mf_wg_desc_mn(sb + L::xr + kk * 2048, L::BLK);
+        mf_wg_ss_n128_tt(wa, mf_wg_desc_mn(su + L::dd + kk * 2048, L::BLK), bx, 1);
+        mf_wg_ss_n128_tt(wb, mf_wg_desc_mn(su + L::dd + L::BLK + kk * 2048, L::BLK), bx, 1);
+      }
+      mf_wg_commit();
+      mf_wg_wait<0>();
+      mf_wg_pin(wa);
+      mf_wg_pin(wb);
+      mf_mbar_arrive(hfree);
+      mf_mbar_arrive(empty(s));
+      if (k + 2 < K) make_xhat(k + 2);
+    }
+    if (p.pab) {
+      float *pa = p.pab + (int64_t)cid * 2 * Hd * TC_C;
+#pragma unroll
+      for (int h2 = 0; h2 < 2; h2++) {
+        const int r = wl * 16 + g8 + 8 * h2;
+        float *ra = pa + ((int64_t)j * TC_HC + r) * TC_C, *rb2 = pa + ((int64_t)Hd + j * TC_HC + r) * TC_C;
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+          *(float2 *)(ra + 8 * i + 2 * t4) = make_float2(wa[4 * i + 2 * h2], wa[4 * i + 2 * h2 + 1]);
+          *(float2 *)(rb2 + 8 * i + 2 * t4) = make_float2(wb[4 * i + 2 * h2], wb[4 * i + 2 * h2 + 1]);
+        }
+      }
+    }
+  } else {
+    /* ---------------------------------------------------------------- WG C */
+    tc_regs_c();
+    constexpr int RPW = RPD / 4;               /* owned rows per warp: 2 (S = 8) .. 8 (S = 2) */
+    constexpr int PF = RPW <= 4 ? RPW : 1;     /* rows whose x (and old dinp) load early */
+    const int ct = tid - 256;
+    /* LN backward: the lane's columns c0, c0 + 1, c0 + 8, c0 + 9 (the pieces' order) */
+    const int c0 = 16 * (lane >> 2) + 2 * (lane & 3);
+    float gl[4], pg[4] = {0, 0, 0, 0}, pb[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int e = 0; e < 4; e++) gl[e] = ((const float *)(sm + L::gb))[c0 + (e & 1) + 8 * (e >> 1)];
+    float wo[2][32]; /* dW_o rows (C) 64·mh + 16·wl + g8 (+ 8), hidden columns of the chunk */
+#pragma unroll
+    for (int i = 0; i < 32; i++) wo[0][i] = wo[1][i] = 0.0f;
+    if (tid == 256)
+      for (int k = 0; k < TC_NS && k < K; k++) tc_issue(tm, su, k, full(k), cid + (int64_t)k * ncl);
+    __syncwarp();
+    for (int k = 0; k < K; k++) {
+      const int s = k % TC_NS;
+      const uint32_t ph = (uint32_t)((k / TC_NS) & 1), sb = su + L::stage + s * L::STAGE;
+      const int64_t t = cid + (int64_t)k * ncl;
+      mf_mbar_wait(hdb, (uint32_t)(k & 1));
+      mf_wg_fence();
+#pragma unroll
+      for (int mh = 0; mh < 2; mh++) /* dW_o[:, chunk] += doutᵀ·h: both MN-major */
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+          mf_wg_ss_n64_tt(wo[mh], mf_wg_desc_mn(sb + L::dy + mh * L::BLK + kk * 2048, L::BLK),
+                          mf_wg_desc_mn(su + L::hh + kk * 2048, L::BLK), 1);
+      mf_wg_commit();
+      /* while they run: the owned rows' x (and old dinp) from global memory (L2: the tile
+       * was just read) */
+      const int64_t row0 = t * TC_BM + j * RPD + wl; /* the warp's rows row0 + 4i */
+      mf_mbar_wait(full(s), ph); /* complete long ago; makes the TMA's statistics visible here */
+      const float *stm = (const float *)(sm + L::st + s * L::ST);
+      uint2 xpf[PF], opf[PF];
+      float mpf[PF], rpf[PF]; /* the rows' statistics: the stage is refilled before they are used */
+#pragma unroll
+      for (int i = 0; i < PF; i++) {
+        const int64_t row = row0 + 4 * i;
+        xpf[i] = opf[i] = make_uint2(0, 0);
+        mpf[i] = stm[j * RPD + wl + 4 * i];
+        rpf[i] = stm[TC_BM + j * RPD + wl + 4 * i];
+        if (row < p.M) {
+          xpf[i] = tc_ld2(p.inp + row * TC_C + c0);
+          if (p.dinp && p.add) opf[i] = tc_ld2(p.dinp + row * TC_C + c0);
+        }
+      }
+      mf_wg_wait<0>();
+      mf_wg_pin(wo[0]);
+      mf_wg_pin(wo[1]);
+      mf_mbar_arrive(hfree);
+      mf_mbar_arrive(empty(s)); /* the stage's dout and statistics read */
+      if (tid == 256 && k + TC_NS < K) { /* refill the stage with tile k + TC_NS */
+        mf_mbar_wait(empty(s), ph);
+        tc_issue(tm, su, s, full(s), cid + (int64_t)(k + TC_NS) * ncl);
+      }
+      __syncwarp();
+
+      /* the owned rows: Σ of the S partials in rank order, the LayerNorm backward */
+      mf_mbar_wait_cluster(rfull, (uint32_t)(k & 1));
+      const float *rv = (const float *)(sm + L::recv);
+#pragma unroll
+      for (int i = 0; i < RPW; i++) {
+        const int m = wl + 4 * i;
+        const int64_t row = row0 + 4 * i;
+        if (row >= p.M) break; /* warp-uniform */
+        float dx[4] = {0, 0, 0, 0}; /* the piece (q, t4) = (lane / 4, lane % 4) of each source */
+#pragma unroll
+        for (int src = 0; src < S; src++) {
+          const float4 v = *(const float4 *)(rv + src * RPD * TC_C + tc_slot(m, lane >> 2, lane & 3));
+          dx[0] += v.x;
+          dx[1] += v.y;
+          dx[2] += v.z;
+          dx[3] += v.w;
+        }
+        uint2 xv = xpf[i < PF ? i : 0], ov = opf[i < PF ? i : 0];
+        float mu = mpf[i < PF ? i : 0], rs = rpf[i < PF ? i : 0];
+        if (i >= PF) {
+          xv = tc_ld2(p.inp + row * TC_C + c0);
+          if (p.dinp && p.add) ov = tc_ld2(p.dinp + row * TC_C + c0);
+          mu = p.mean[row];
+          rs = p.rstd[row];
+        }
+        const float2 x01 = __bfloat1622float2(*(const __nv_bfloat162 *)&xv.x);
+        const float2 x23 = __bfloat1622float2(*(const __nv_bfloat162 *)&xv.y);
+        const float xh[4] = {(x01.x - mu) * rs, (x01.y - mu) * rs, (x23.x - mu) * rs, (x23.y - mu) * rs};
+        float gv[4], sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          gv[e] = dx[e] * gl[e];
+          sg += gv[e];
+          sgx += gv[e] * xh[e];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+          sg += __shfl_xor_sync(0xffffffffu, sg, o);
+          sgx += __shfl_xor_sync(0xffffffffu, sgx, o);
+        }
+        sg *= 1.0f / TC_C;
+        sgx *= 1.0f / TC_C;
+        if (p.dinp) {
+          float d[4];
+#pragma unroll
+          for (int e = 0; e < 4; e++) d[e] = rs * (gv[e] - sg - xh[e] * sgx);
+          if (p.add) {
+            const float2 o01 = __bfloat1622float2(*(const __nv_bfloat162 *)&ov.x);
+            const float2 o23 = __bfloat1622float2(*(const __nv_bfloat162 *)&ov.y);
+            d[0] += o01.x;
+            d[1] += o01.y;
+            d[2] += o23.x;
+            d[3] += o23.y;
+          }
+          *(uint32_t *)(p.dinp + row * TC_C + c0) = tc_pack(d[0], d[1]);
+          *(uint32_t *)(p.dinp + row * TC_C + c0 + 8) = tc_pack(d[2], d[3]);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          pg[e] += dx[e] * xh[e];
+          pb[e] += dx[e];
+        }
+      }
+      tc_bar_c(); /* every owned row of the buffer read */
+      if (tid == 256 && k + 1 < K) {
+        mf_mbar_expect_tx(rfull, L::RECV); /* before any partial of tile k + 1 can come */
+        for (int d = 0; d < S; d++) mf_mbar_arrive_remote_relaxed(mf_mapa(pfree, (uint32_t)d));
+      }
+      __syncwarp();
+    }
+    if (p.po) {
+      float *po = p.po + (int64_t)cid * TC_C * Hd;
+#pragma unroll
+      for (int mh = 0; mh < 2; mh++)
+#pragma unroll
+        for (int h2 = 0; h2 < 2; h2++) {
+          float *ro = po + (int64_t)(64 * mh + 16 * wl + g8 + 8 * h2) * Hd + j * TC_HC;
+#pragma unroll
+          for (int i = 0; i < 8; i++)
+            *(float2 *)(ro + 8 * i + 2 * t4) = make_float2(wo[mh][4 * i + 2 * h2], wo[mh][4 * i + 2 * h2 + 1]);
+        }
+    }
+    if (p.part) { /* the 4 warps' column sums in warp order, through the (idle) recv buffer */
+      float *red = (float *)(sm + L::recv);
+      tc_bar_c();
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        red[wl * 2 * TC_C + c0 + (e & 1) + 8 * (e >> 1)] = pg[e];
+        red[wl * 2 * TC_C + TC_C + c0 + (e & 1) + 8 * (e >> 1)] = pb[e];
+      }
+      tc_bar_c();
+      for (int c = ct; c < 2 * TC_C; c += 128)
+        p.part[(int64_t)blockIdx.x * 2 * TC_C + c] =
+            red[c] + red[2 * TC_C + c] + red[4 * TC_C + c] + red[6 * TC_C + c];
+    }
+  }
+  mf_cluster_sync(); /* no CTA leaves while a peer may still address its shared memory */
+}
+
+/* dw (n) += Σ_c part[c·n + i] over the ncl cluster partials, in cluster order. */
+static __global__ void tc_reduce_kernel(float *__restrict__ dw, const float *__restrict__ part, int64_t n, int ncl) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    float s = 0.0f;
+    for (int c = 0; c < ncl; c++) s += part[(int64_t)c * n + i];
+    dw[i] += s;
+  }
+}
+
+/* ================================================================ host */
+
+static int g_tc_on = -1; /* −1: not yet read from the environment */
+static int64_t g_tc_calls;
+
+extern "C" int mf_transition_bwd_cl_set(int on) {
+  if (g_tc_on < 0) {
+    const char *e = getenv("MF_TRANSITION_BWD_CL");
+    g_tc_on = e && e[0] == '0' ? 0 : 1;
+  }
+  const int prev = g_tc_on;
+  if (on >= 0) g_tc_on = on ? 1 : 0;
+  return prev;
+}
+
+extern "C" int64_t mf_transition_bwd_cl_calls(void) { return g_tc_calls; }
+
+static int tc_aligned(const void *q) { return ((uintptr_t)q & 15) == 0; }
+
+static int tc_sm90(void) {
+  static int cc = -1;
+  if (cc < 0) {
+    int dev = 0, major = 0;
+    cc = cudaGetDevice(&dev) == cudaSuccess &&
+                 cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess
+             ? major
+             : 0;
+    (void)cudaGetLastError();
+  }
+  return cc == 9;
+}
+
+/* The SM count, or 132 where no device answers (the workspace bound is then still an upper
+ * bound on an H100/H200). */
+static int tc_sms(void) {
+  static int n = 0;
+  if (!n) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        n < 1)
+      n = 132;
+    (void)cudaGetLastError();
+  }
+  return n;
+}
+
+/* Clusters of 2, 4 or 8 CTAs. Not 1 (Hd = 64): st.async into a "cluster" of one CTA ran
+ * right, but compute-sanitizer's memcheck rejects it (a cluster needs two blocks). */
+static int tc_S(int Hd) { return Hd == 128 ? 2 : Hd == 256 ? 4 : Hd == 512 ? 8 : 0; }
+
+extern "C" int mf_transition_bwd_cl_supported(int C, int Hd, mf_ln_mode mode, const void *inp,
+                                              const void *dout, const void *mean, const void *rstd,
+                                              const void *w_ab, const void *w_o, const void *dinp) {
+  if (!mf_transition_bwd_cl_set(-1) || C != TC_C || !tc_S(Hd)) return 0;
+  if (mode != MF_LN_FULL && mode != MF_LN_SCALE && mode != MF_LN_NONE) return 0;
+  if (!inp || !dout || !mean || !rstd || !w_ab || !w_o) return 0;
+  if (!tc_aligned(inp) || !tc_aligned(dout) || !tc_aligned(mean) || !tc_aligned(rstd) || !tc_aligned(w_ab) ||
+      !tc_aligned(w_o) || (dinp && !tc_aligned(dinp)))
+    return 0;
+  return tc_sm90() && mf_tma_encoder() != NULL;
+}
+
+template <int S>
+static void tc_attr(void) {
+  static bool done = false;
+  if (!done) {
+    MF_CHECK_CUDA(cudaFuncSetAttribute(tc_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_layout::bytes));
+    done = true;
+  }
+}
+
+/* Clusters of S CTAs that fit on the device at once (cached per S). */
+template <int S>
+static int tc_max_clusters(void) {
+  static int n = -1;
+  if (n < 0) {
+    tc_attr<S>();
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = S;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(S * 64, 1, 1);
+    cfg.blockDim = dim3(TC_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = tc_layout::bytes;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    int c = 0;
+    MF_CHECK_CUDA(cudaOccupancyMaxActiveClusters(&c, tc_kernel<S>, &cfg));
+    n = c > 0 ? c : 1;
+  }
+  return n;
+}
+
+static int tc_clusters(int S) {
+  switch (S) {
+  case 2: return tc_max_clusters<2>();
+  case 4: return tc_max_clusters<4>();
+  default: return tc_max_clusters<8>();
+  }
+}
+
+/* The workspace bound: the partials of at most SMs / S clusters, one dγ/dβ row per SM. */
+extern "C" size_t mf_transition_bwd_cl_workspace(int C, int Hd) {
+  const int S = tc_S(Hd);
+  if (C != TC_C || !S) return 0;
+  const int sms = tc_sms(), ncl = sms / S > 0 ? sms / S : 1;
+  mf_carver cv = {NULL, 0};
+  mf_carve(&cv, (size_t)ncl * 3 * Hd * TC_C * sizeof(float));
+  mf_carve(&cv, (size_t)sms * 2 * TC_C * sizeof(float));
+  return cv.used;
+}
+
+template <int S>
+static void tc_launch(const tc_params &p, const tc_tmaps &tm, int ncl, cudaStream_t stream) {
+  tc_attr<S>();
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = S;
+  at[0].val.clusterDim.y = 1;
+  at[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3((unsigned)(S * ncl), 1, 1);
+  cfg.blockDim = dim3(TC_THREADS, 1, 1);
+  cfg.dynamicSmemBytes = tc_layout::bytes;
+  cfg.stream = stream;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  MF_CHECK_CUDA(cudaLaunchKernelEx(&cfg, tc_kernel<S>, p, tm));
+}
+
+extern "C" void mf_transition_bwd_cl_cuda(bf16 *dinp, int add, float *dgamma, float *dbeta, float *dw_ab,
+                                          float *dw_o, const bf16 *dout, const float *mean, const float *rstd,
+                                          const bf16 *inp, const bf16 *gamma, const bf16 *beta, const bf16 *w_ab,
+                                          const bf16 *w_o, int64_t M, int Hd, mf_ln_mode mode, void *ws,
+                                          size_t ws_bytes, cudaStream_t stream) {
+  MF_ASSERT(mf_transition_bwd_cl_supported(TC_C, Hd, mode, inp, dout, mean, rstd, w_ab, w_o, dinp),
+            "transition_bwd_cl: unsupported Hd=%d mode=%d or alignment", Hd, (int)mode);
+  MF_ASSERT(mode == MF_LN_NONE || gamma, "transition_bwd_cl: gamma required");
+  MF_ASSERT(mode != MF_LN_FULL || beta, "transition_bwd_cl: beta required");
+  MF_ASSERT(M >= 0 && M < ((int64_t)1 << 31), "transition_bwd_cl: M=%lld out of range", (long long)M);
+  if (mode == MF_LN_NONE) dgamma = NULL;
+  if (mode != MF_LN_FULL) dbeta = NULL;
+  if (M == 0) return;
+  const int S = tc_S(Hd);
+  const int64_t ntiles = (M + TC_BM - 1) / TC_BM;
+  int ncl = tc_clusters(S);
+  const int sms = tc_sms();
+  if (ncl > sms / S && sms / S > 0) ncl = sms / S; /* the workspace's bound */
+  if (ncl > ntiles) ncl = (int)ntiles;
+  MF_ASSERT(mf_transition_bwd_cl_workspace(TC_C, Hd) <= ws_bytes, "transition_bwd_cl: workspace %zu < %zu bytes",
+            ws_bytes, mf_transition_bwd_cl_workspace(TC_C, Hd));
+  mf_carver cv = {(char *)ws, 0};
+  float *pw = (float *)mf_carve(&cv, (size_t)ncl * 3 * Hd * TC_C * sizeof(float));
+  float *part = (float *)mf_carve(&cv, (size_t)sms * 2 * TC_C * sizeof(float));
+  tc_params p = {};
+  p.dinp = dinp;
+  p.inp = inp;
+  p.mean = mean;
+  p.rstd = rstd;
+  p.pab = dw_ab ? pw : NULL;
+  p.po = dw_o ? pw + (int64_t)ncl * 2 * Hd * TC_C : NULL;
+  p.part = (dgamma || dbeta) ? part : NULL;
+  p.gamma = gamma;
+  p.beta = beta;
+  p.w_ab = w_ab;
+  p.w_o = w_o;
+  p.M = M;
+  p.Hd = Hd;
+  p.mode = (int)mode;
+  p.add = add ? 1 : 0;
+  tc_tmaps tm;
+  memset(&tm, 0, sizeof tm);
+  const uint64_t xd[2] = {(uint64_t)TC_C, (uint64_t)M}, xs[1] = {(uint64_t)TC_C * 2};
+  const uint32_t xb[2] = {64, TC_BM};
+  const uint64_t sd[1] = {(uint64_t)M}, ss[1] = {4};
+  const uint32_t sbx[1] = {TC_BM};
+  MF_ASSERT(mf_tma_encode_bf16(&tm.x, inp, 2, xd, xs, xb, CU_TENSOR_MAP_SWIZZLE_128B) == 0 &&
+                mf_tma_encode_bf16(&tm.dy, dout, 2, xd, xs, xb, CU_TENSOR_MAP_SWIZZLE_128B) == 0 &&
+                mf_tma_encode(&tm.mean, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, mean, 1, sd, ss, sbx,
+                              CU_TENSOR_MAP_SWIZZLE_NONE) == 0 &&
+                mf_tma_encode(&tm.rstd, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, rstd, 1, sd, ss, sbx,
+                              CU_TENSOR_MAP_SWIZZLE_NONE) == 0,
+            "transition_bwd_cl: tensor maps refused (M=%lld)", (long long)M);
+  switch (S) {
+  case 2: tc_launch<2>(p, tm, ncl, stream); break;
+  case 4: tc_launch<4>(p, tm, ncl, stream); break;
+  default: tc_launch<8>(p, tm, ncl, stream); break;
+  }
+  MF_CHECK_LAUNCH();
+  g_tc_calls++;
+  if (dw_ab) {
+    const int64_t n = (int64_t)2 * Hd * TC_C;
+    tc_reduce_kernel<<<mf_ew_blocks(n), 256, 0, stream>>>(dw_ab, p.pab, n, ncl);
+    MF_CHECK_LAUNCH();
+  }
+  if (dw_o) {
+    const int64_t n = (int64_t)TC_C * Hd;
+    tc_reduce_kernel<<<mf_ew_blocks(n), 256, 0, stream>>>(dw_o, p.po, n, ncl);
+    MF_CHECK_LAUNCH();
+  }
+  mf_ln_param_grad_reduce_cuda(dgamma, dbeta, part, S * ncl, TC_C, stream);
+}
