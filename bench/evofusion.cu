@@ -29,6 +29,7 @@
 #include "ops/cuda/ln_gemm_bwd_cuda.h"
 #include "ops/cuda/ln_gemm_cuda.h"
 #include "ops/cuda/ln_linear_cuda.h"
+#include "ops/cuda/transition_bwd_cl_cuda.h"
 #include "ops/cuda/transition_cuda.h"
 #include "ops/cuda/trimul_cuda.h"
 
@@ -193,7 +194,8 @@ static void fwd_variants(const char *op, int N, bench_fn fn, void *ctx, double b
 
 /* The backward's paths side by side (ln_gemm_bwd_cuda.h configurations): staging + cuBLAS,
  * the mma.sync light kernel (the transition only; the others run staging there) and the
- * wgmma kernels (configuration 7). */
+ * wgmma kernels (configuration 7; for the transition without the cluster kernel that is
+ * its default). */
 static void bwd_variants(const char *op, int N, bench_fn fn, void *ctx, double bytes, double flops,
                          double extra) {
   static const int cfg[3] = {0, 6, 7};
@@ -204,7 +206,11 @@ static void bwd_variants(const char *op, int N, bench_fn fn, void *ctx, double b
     char name[64];
     snprintf(name, sizeof name, "%s[%s]", op, tag[v]);
     mf_ln_gemm_bwd_set_variant(cfg[v]);
+    /* the transition's default is the cluster kernel (transition_bwd_cl.cu); its "[wgmma]"
+     * row is configuration 7's kernel + the cuBLAS dW GEMMs, as before it */
+    const int cl = mf_transition_bwd_cl_set(0);
     row(name, N, "bwd", median_ms(fn, ctx), bytes, flops, extra);
+    mf_transition_bwd_cl_set(cl);
   }
   mf_ln_gemm_bwd_set_variant(def);
 }

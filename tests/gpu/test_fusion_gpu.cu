@@ -43,6 +43,7 @@
 #include "ops/cuda/ln_gemm_bwd_cuda.h"
 #include "ops/cuda/ln_gemm_cuda.h"
 #include "ops/cuda/ln_linear_cuda.h"
+#include "ops/cuda/transition_bwd_cl_cuda.h"
 #include "ops/cuda/transition_cuda.h"
 #include "ops/cuda/trimul_cuda.h"
 #include "ops/dropout.h"
@@ -996,10 +997,62 @@ static void test_trimul(int N, int C, int Ch, int outgoing, int use_mask, int re
   mf_fusion_set_chunk_rows(0);
 }
 
+/* The transition backward on thread block clusters (transition_bwd_cl.cu, the default at
+ * C = 128): every cluster size (Hd = 128, 256, 512), one row, partial last tiles, fewer
+ * tiles than clusters and many tiles per cluster (both stage parities, the peer buffer
+ * handshake many times over), every LN mode, the adding backward in place, NULL-skipped
+ * gradients; each checks that the kernel ran (twice: the determinism rerun). Then the
+ * earlier configuration-7 kernel with the cluster kernel switched off. */
+static void tc_case(int64_t M, int Hd, mf_ln_mode mode, int accumulate, uint64_t seed) {
+  const int64_t c0 = mf_transition_bwd_cl_calls();
+  test_transition(M, 128, Hd, mode, accumulate, 0, seed, 3);
+  MF_TEST(mf_transition_bwd_cl_calls() == c0 + 2,
+          "transition M=%lld Hd=%d: the cluster backward ran %lld times, not 2", (long long)M, Hd,
+          (long long)(mf_transition_bwd_cl_calls() - c0));
+}
+
+static void test_transition_cl(uint64_t *s, int small) {
+  const int prev = mf_transition_bwd_cl_set(1);
+  if (small) { /* compute-sanitizer: every cluster size, partial tiles, in place */
+    tc_case(1, 512, MF_LN_FULL, 1, *s += 20);
+    tc_case(65, 128, MF_LN_NONE, 0, *s += 20);
+    tc_case(300, 256, MF_LN_FULL, 0, *s += 20);
+    tc_case(1000, 256, MF_LN_SCALE, 1, *s += 20);
+    tc_case(4099, 512, MF_LN_FULL, 1, *s += 20);
+    mf_transition_bwd_cl_set(prev);
+    return;
+  }
+  tc_case(1, 512, MF_LN_FULL, 1, *s += 20);
+  tc_case(63, 512, MF_LN_FULL, 0, *s += 20);
+  tc_case(64, 256, MF_LN_SCALE, 1, *s += 20);
+  tc_case(65, 128, MF_LN_NONE, 0, *s += 20);
+  tc_case(1000, 256, MF_LN_FULL, 1, *s += 20);
+  tc_case(4099, 256, MF_LN_FULL, 0, *s += 20);
+  tc_case(17000, 128, MF_LN_SCALE, 1, *s += 20);
+  tc_case(40000, 512, MF_LN_FULL, 1, *s += 20);  /* ≈ 39 tiles per cluster */
+  tc_case(40001, 512, MF_LN_SCALE, 0, *s += 20);
+  const int64_t c0 = mf_transition_bwd_cl_calls();
+  test_transition_null(4099, 128, 512, MF_LN_FULL, *s += 20);
+  test_transition_inplace(4099, 128, 512, MF_LN_FULL, *s += 20, 3);
+  MF_TEST(mf_transition_bwd_cl_calls() > c0, "transition null/in-place: the cluster backward ran");
+  const int64_t c1 = mf_transition_bwd_cl_calls();
+  test_transition(300, 128, 64, MF_LN_FULL, 1, 0, *s += 20, 3); /* Hd = 64: not taken */
+  MF_TEST(mf_transition_bwd_cl_calls() == c1, "transition Hd=64: the cluster backward is not taken");
+  mf_transition_bwd_cl_set(0); /* the configuration-7 kernel + cuBLAS dW */
+  test_transition(4099, 128, 512, MF_LN_FULL, 1, 1024, *s += 20, 3);
+  test_transition(300, 128, 256, MF_LN_NONE, 0, 0, *s += 20, 3);
+  mf_transition_bwd_cl_set(prev);
+}
+
 int main(void) {
   if (!gpu_test_begin("test_fusion_gpu")) return mf_test_end();
   mf_cuda_blas_create(&g_blas, 0);
   uint64_t s = 100;
+  if (getenv("MF_FUSION_TEST_CL")) { /* the cluster transition backward alone, small (compute-sanitizer) */
+    test_transition_cl(&s, 1);
+    mf_cuda_blas_destroy(&g_blas);
+    return mf_test_end();
+  }
   if (getenv("MF_FUSION_TEST_WG")) { /* the wgmma kernels alone, few shapes (compute-sanitizer) */
     mf_ln_gemm_bwd_set_variant(7);
     test_ln_linear(1000, 128, 128, MF_LN_FULL, 1, 0, s += 20, 3);
@@ -1018,6 +1071,7 @@ int main(void) {
     test_transition(300, 128, 512, MF_LN_FULL, 1, 0, s += 20, 3);
     test_transition(129, 128, 128, MF_LN_NONE, 0, 0, s += 20, 3);
     mf_ln_gemm_bwd_set_variant(-1);
+    test_transition_cl(&s, 0);
     /* the wgmma input projection (channel-major) and the fused output side */
     test_trimul(33, 128, 128, 0, 1, 1, 0, s += 20);
     test_trimul(65, 128, 128, 1, 1, 0, 1024, s += 20);
@@ -1083,6 +1137,7 @@ int main(void) {
     if (v >= 2) /* more 128-row tiles than an H200's 132 persistent CTAs */
       test_transition(17000, 128, 512, MF_LN_SCALE, 1, 0, s += 20, v);
   }
+  test_transition_cl(&s, 0);
   for (int v = 1; v < 4; v++) {
     test_transition_inplace(4099, 128, 512, MF_LN_FULL, s += 20, v);
     test_transition_inplace(300, 64, 256, MF_LN_NONE, s += 20, v);
