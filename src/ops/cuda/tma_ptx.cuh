@@ -42,17 +42,28 @@ static __device__ __forceinline__ void mf_mbar_expect_tx(uint32_t bar, uint32_t 
 static __device__ __forceinline__ void mf_mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-/* Waits until the barrier's phase with this parity has completed. */
-static __device__ __forceinline__ void mf_mbar_wait(uint32_t bar, uint32_t parity) {
+/* Waits until the barrier's phase with this parity has completed; CLUSTER = acquire at
+ * cluster scope (mf_mbar_wait_cluster below), else the default (CTA scope). */
+template <bool CLUSTER>
+static __device__ __forceinline__ void mf_mbar_wait_scope(uint32_t bar, uint32_t parity) {
   uint32_t done;
   do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
+    if (CLUSTER)
+      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                   " selp.u32 %0, 1, 0, p;\n}\n"
+                   : "=r"(done)
+                   : "r"(bar), "r"(parity)
+                   : "memory");
+    else
+      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                   " selp.u32 %0, 1, 0, p;\n}\n"
+                   : "=r"(done)
+                   : "r"(bar), "r"(parity)
+                   : "memory");
   } while (!done);
+}
+static __device__ __forceinline__ void mf_mbar_wait(uint32_t bar, uint32_t parity) {
+  mf_mbar_wait_scope<false>(bar, parity);
 }
 
 /* Thread block clusters (sm_90): this CTA's rank in its cluster, the cluster's index and
@@ -91,28 +102,17 @@ static __device__ __forceinline__ void mf_st_async_v4(uint32_t raddr, float x, f
                "f"(x), "f"(y), "f"(z), "f"(w), "r"(rbar)
                : "memory");
 }
-/* One arrival (release at cluster scope) on the barrier at shared::cluster address rbar. */
-static __device__ __forceinline__ void mf_mbar_arrive_remote(uint32_t rbar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(rbar) : "memory");
-}
-/* The same without release semantics: for a signal that orders only shared-memory reads
- * whose values the thread has already used (a release would first drain the thread's
- * outstanding global stores: measured ≈ 0.4 µs per arrival). */
+/* One arrival at cluster scope on the barrier at shared::cluster address rbar, relaxed:
+ * for a signal that orders only shared-memory reads whose values the thread has already
+ * used (a release arrival would first wait for the thread's outstanding global stores:
+ * measured ≈ 0.4 µs per arrival). */
 static __device__ __forceinline__ void mf_mbar_arrive_remote_relaxed(uint32_t rbar) {
   asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(rbar) : "memory");
 }
 /* mf_mbar_wait with acquire at cluster scope: for phases that other CTAs' arrivals or
  * st.async transactions complete. */
 static __device__ __forceinline__ void mf_mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
+  mf_mbar_wait_scope<true>(bar, parity);
 }
 
 /* Box of a 5-D / 4-D tensor map at coordinates c (innermost first) → shared address dst;

@@ -605,23 +605,30 @@ static void tc_attr(void) {
   }
 }
 
+/* A launch of ncl clusters of S CTAs (at: the configuration's one attribute). */
+static cudaLaunchConfig_t tc_config(cudaLaunchAttribute *at, int S, int ncl, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg = {};
+  at->id = cudaLaunchAttributeClusterDimension;
+  at->val.clusterDim.x = (unsigned)S;
+  at->val.clusterDim.y = 1;
+  at->val.clusterDim.z = 1;
+  cfg.gridDim = dim3((unsigned)(S * ncl), 1, 1);
+  cfg.blockDim = dim3(TC_THREADS, 1, 1);
+  cfg.dynamicSmemBytes = tc_layout::bytes;
+  cfg.stream = stream;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 /* Clusters of S CTAs that fit on the device at once (cached per S). */
 template <int S>
 static int tc_max_clusters(void) {
   static int n = -1;
   if (n < 0) {
     tc_attr<S>();
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = S;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(S * 64, 1, 1);
-    cfg.blockDim = dim3(TC_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = tc_layout::bytes;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute at;
+    const cudaLaunchConfig_t cfg = tc_config(&at, S, 64, 0);
     int c = 0;
     MF_CHECK_CUDA(cudaOccupancyMaxActiveClusters(&c, tc_kernel<S>, &cfg));
     n = c > 0 ? c : 1;
@@ -651,18 +658,8 @@ extern "C" size_t mf_transition_bwd_cl_workspace(int C, int Hd) {
 template <int S>
 static void tc_launch(const tc_params &p, const tc_tmaps &tm, int ncl, cudaStream_t stream) {
   tc_attr<S>();
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = S;
-  at[0].val.clusterDim.y = 1;
-  at[0].val.clusterDim.z = 1;
-  cfg.gridDim = dim3((unsigned)(S * ncl), 1, 1);
-  cfg.blockDim = dim3(TC_THREADS, 1, 1);
-  cfg.dynamicSmemBytes = tc_layout::bytes;
-  cfg.stream = stream;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute at;
+  const cudaLaunchConfig_t cfg = tc_config(&at, S, ncl, stream);
   MF_CHECK_CUDA(cudaLaunchKernelEx(&cfg, tc_kernel<S>, p, tm));
 }
 
