@@ -86,6 +86,73 @@ typedef struct {
   float *lse;
 } gpu_outs;
 
+/* The backward with its prologue done here, as a caller of the prepared entry point does
+ * (attention_cuda.h): dO = dout ⊙ σ(gate) (dout without a gate), dgate = dout·out·(1 − σ),
+ * the side rows lse·log2(e) and Di = Σ_d dout·out in double (the padding rows by
+ * mf_attention_side_rows_pad_cuda; the rest of the buffer poisoned first), packed views. */
+static int g_prepared = 0;
+static void run_prepared_backward(gpu_outs *o, const mf_attn_dims *d, const mf_bf16_t *q,
+                                  const mf_bf16_t *k, const mf_bf16_t *v, const mf_bf16_t *bias,
+                                  const uint8_t *mask, const mf_bf16_t *gate, const mf_bf16_t *dout) {
+  const int64_t rows = (int64_t)d->B * d->R * d->H * d->Q, nq = rows * d->D;
+  const int QP = mf_attention_side_rows_qp(*d);
+  double *hout = mf_test_alloc(nq), *hdo = mf_test_alloc(nq), *hg = mf_test_alloc(nq);
+  double *hdO = mf_test_alloc(nq), *hdg = mf_test_alloc(nq);
+  from_bf16(hout, o->out, nq);
+  from_bf16(hdo, dout, nq);
+  if (gate) from_bf16(hg, gate, nq);
+  float *hl = (float *)malloc((size_t)(rows ? rows : 1) * sizeof(float));
+  MF_CHECK_PTR(hl);
+  MF_CHECK_CUDA(cudaMemcpy(hl, o->lse, (size_t)rows * sizeof(float), cudaMemcpyDeviceToHost));
+  const size_t sb = mf_attention_side_rows_bytes(*d);
+  MF_TEST(sb >= (size_t)(rows / (d->Q ? d->Q : 1)) * 2 * QP * sizeof(float) && QP % 64 == 0 && QP >= d->Q,
+          "side rows: %zu bytes, QP = %d for Q = %d", sb, QP, d->Q);
+  float *side = (float *)malloc(sb ? sb : 1);
+  MF_CHECK_PTR(side);
+  memset(side, 0xff, sb); /* NaN poison: the padding rows must come from the pad function */
+  for (int64_t row = 0; row < rows; row++) {
+    const int64_t slab = row / d->Q, qi = row % d->Q;
+    double di = 0;
+    for (int c = 0; c < d->D; c++) {
+      const int64_t i = row * d->D + c;
+      const double sg = gate ? 1.0 / (1.0 + exp(-hg[i])) : 1.0;
+      hdO[i] = hdo[i] * sg;
+      hdg[i] = hdo[i] * hout[i] * (1.0 - sg);
+      di += hdo[i] * hout[i];
+    }
+    side[slab * 2 * QP + qi] = isinf(hl[row]) && hl[row] < 0 ? INFINITY : hl[row] * 1.4426950408889634f;
+    side[slab * 2 * QP + QP + qi] = (float)di;
+  }
+  float *side_d = (float *)dev_poisoned(sb ? sb : 16);
+  MF_CHECK_CUDA(cudaMemcpy(side_d, side, sb, cudaMemcpyHostToDevice));
+  mf_attention_side_rows_pad_cuda(side_d, *d, 0);
+  mf_bf16_t *dO_d = to_dev(hdO, nq);
+  if (gate) {
+    MF_CHECK_CUDA(cudaFree(o->dgate));
+    o->dgate = to_dev(hdg, nq);
+  }
+  const size_t ws = mf_attention_backward_prepared_cuda_workspace(*d);
+  MF_TEST(ws < mf_attention_backward_cuda_workspace(*d, gate != NULL) || rows == 0,
+          "prepared backward: workspace %zu below the strided one's", ws);
+  void *w = dev_poisoned(ws ? ws : 16);
+  mf_attn_views pv = mf_attn_packed_views(*d);
+  mf_attention_backward_prepared_strided_cuda(o->dq, o->dk, o->dv, o->dbias, dO_d, side_d, q, k, v, bias,
+                                              mask, *d, &pv, w, ws, 0);
+  MF_CHECK_CUDA(cudaDeviceSynchronize());
+  /* the padding rows: +inf and 0 */
+  MF_CHECK_CUDA(cudaMemcpy(side, side_d, sb, cudaMemcpyDeviceToHost));
+  int64_t badpad = 0;
+  for (int64_t slab = 0; d->Q && slab < rows / d->Q; slab++)
+    for (int qi = d->Q; qi < QP; qi++)
+      badpad += !(side[slab * 2 * QP + qi] == INFINITY && side[slab * 2 * QP + QP + qi] == 0.0f);
+  MF_TEST(badpad == 0, "prepared backward: %lld padding side rows not (+inf, 0)", (long long)badpad);
+  free(side);
+  free(hl);
+  MF_CHECK_CUDA(cudaFree(w));
+  MF_CHECK_CUDA(cudaFree(side_d));
+  MF_CHECK_CUDA(cudaFree(dO_d));
+}
+
 static void run_gpu(gpu_outs *o, const mf_attn_dims *d, const mf_bf16_t *q, const mf_bf16_t *k,
                     const mf_bf16_t *v, const mf_bf16_t *bias, const uint8_t *mask,
                     const mf_bf16_t *gate, const mf_bf16_t *dout) {
@@ -100,9 +167,13 @@ static void run_gpu(gpu_outs *o, const mf_attn_dims *d, const mf_bf16_t *q, cons
   o->dbias = bias ? (mf_bf16_t *)dev_poisoned(nb * 2) : NULL;
   o->dgate = gate ? (mf_bf16_t *)dev_poisoned(nq * 2) : NULL;
   o->lse = (float *)dev_poisoned(nl * 4);
+  mf_attention_forward_cuda(o->out, o->lse, q, k, v, bias, mask, gate, *d, 0);
+  if (g_prepared) {
+    run_prepared_backward(o, d, q, k, v, bias, mask, gate, dout);
+    return;
+  }
   size_t ws = mf_attention_backward_cuda_workspace(*d, gate != NULL);
   void *w = dev_poisoned(ws);
-  mf_attention_forward_cuda(o->out, o->lse, q, k, v, bias, mask, gate, *d, 0);
   mf_attention_backward_cuda(o->dq, o->dk, o->dv, o->dbias, o->dgate, dout, o->out, o->lse, q, k,
                              v, bias, mask, gate, *d, w, ws, 0);
   MF_CHECK_CUDA(cudaDeviceSynchronize());
@@ -328,6 +399,10 @@ static void run_case_mode(const att_case *c, int variant, uint64_t seed, int mod
            R, H, N, D, c->bias ? " bias" : "", c->mask ? " mask" : "", c->gate ? " gate" : "",
            mname[mode]);
   gpu_outs g1, g2;
+  if (g_prepared) {
+    const size_t l = strlen(tag);
+    snprintf(tag + l, sizeof tag - l, " prepared");
+  }
   if (g_tma_ab) {
     const size_t l = strlen(tag);
     snprintf(tag + l, sizeof tag - l, " tma%d-vs-cp.async", g_tma_ab);
@@ -481,6 +556,9 @@ int main(void) {
     run_case(&pm, 0, 39);  /* flags staged by warp 0 (N % 16 != 0) */
     run_case(&pm2, 0, 40); /* mask bytes by TMA */
     g_mask_style = 0;
+    g_prepared = 1; /* the prepared backward */
+    run_case(&a, 0, 41);
+    g_prepared = 0;
     return mf_test_end();
   }
   const int Ns[] = {1, 7, 63, 64, 65, 200, 384};
@@ -515,6 +593,16 @@ int main(void) {
     run_case(&c, 0, seed);
     seed += 100;
   }
+  /* the prepared backward (the caller's prologue: attention_cuda.h), Q % 64 != 0 (padding
+   * side rows) and == 0, R = 1 (single attention) and R > 1 (the fused pass), gates */
+  g_prepared = 1;
+  {
+    const att_case cs[] = {{1, 5, 4, 130, 32, 1, 1, 1, 0}, {1, 64, 4, 64, 32, 1, 1, 0, 0},
+                           {2, 1, 3, 70, 24, 1, 1, 1, 0},  {1, 7, 2, 63, 16, 0, 1, 1, 0},
+                           {1, 1, 1, 1, 32, 1, 0, 1, 0},   {1, 33, 4, 33, 32, 1, 1, 1, 0}};
+    for (int i = 0; i < (int)(sizeof cs / sizeof cs[0]); i++) run_case(&cs[i], 0, seed += 100);
+  }
+  g_prepared = 0;
   /* the portable path (no tensor-core instructions) on a few shapes */
   {
     att_case c1 = {2, 5, 2, 65, 32, 1, 1, 1, 0};

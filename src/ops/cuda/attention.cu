@@ -3247,6 +3247,47 @@ extern "C" size_t mf_attention_backward_strided_cuda_workspace(mf_attn_dims d, i
   return ws_ld_bytes(d) + ws_do_bytes(rows, d.D, has_gate) + (split > fs ? split : fs);
 }
 
+/* The checks both strided backwards make of the arguments they share. */
+static void check_backward_views(const bf16 *dq, const bf16 *dk, const bf16 *dv,
+                                 const mf_attn_views &vw, const mf_attn_dims &d) {
+  check_stride("q", vw.q, d);
+  check_stride("k", vw.k, d);
+  check_stride("v", vw.v, d);
+  check_stride("dout", vw.dout, d);
+  if (dq) check_stride("dq", vw.dq, d);
+  if (dk) check_stride("dk", vw.dk, d);
+  if (dv) check_stride("dv", vw.dv, d);
+  check_bias_row(vw, d);
+}
+
+/* The backward after its prologue (p.ld, p.dO, p.sdO set): the passes, or with no keys dq = 0. */
+static void backward_run(att_params &p, bf16 *dq, const mf_attn_views &vw, const mf_attn_dims &d,
+                         bool want_dkdv, bool want_dbias, float *scratch, size_t scratch_bytes,
+                         cudaStream_t stream) {
+  if (d.K == 0) { /* no keys: dq = 0 (dk, dv, dbias are empty) */
+    zero_view(dq, vw.dq, d, d.Q, stream);
+    return;
+  }
+  const bool dq_packed = same_stride(vw.dq, packed_stride(d, d.Q));
+  MF_ATT_DISPATCH(backward_dp, padded_dim(d.D), p, want_dkdv, dq != NULL, want_dbias, dq_packed,
+                  scratch, scratch_bytes, stream);
+}
+
+/* The start both strided backwards share: dbias zeroed where there is nothing to sum (the
+ * padding columns of a strided dbias too); false when there are no rows (dk, dv zeroed). */
+static bool backward_begin(bf16 *dk, bf16 *dv, bf16 *dbias, const mf_attn_views &vw,
+                           const mf_attn_dims &d, cudaStream_t stream) {
+  const int64_t rows = (int64_t)d.B * d.R * d.H * d.Q;
+  if (dbias && (rows == 0 || d.K == 0))
+    MF_CHECK_CUDA(cudaMemsetAsync(dbias, 0, (size_t)d.B * d.H * d.Q * (vw.bias_row ? vw.bias_row : d.K) * sizeof(bf16), stream));
+  if (rows == 0) {
+    zero_view(dk, vw.dk, d, d.K, stream);
+    zero_view(dv, vw.dv, d, d.K, stream);
+    return false;
+  }
+  return true;
+}
+
 extern "C" void mf_attention_backward_strided_cuda(
     bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dbias, bf16 *dgate, const bf16 *dout, const bf16 *out,
     const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *bias,
@@ -3262,27 +3303,14 @@ extern "C" void mf_attention_backward_strided_cuda(
             "attention backward: workspace of %zu bytes, %zu needed", workspace_bytes,
             mf_attention_backward_cuda_workspace(d, gate != NULL));
   const mf_attn_views &vw = *views;
-  check_stride("q", vw.q, d);
-  check_stride("k", vw.k, d);
-  check_stride("v", vw.v, d);
+  check_backward_views(dq, dk, dv, vw, d);
   check_stride("out", vw.out, d);
-  check_stride("dout", vw.dout, d);
   if (gate) check_stride("gate", vw.gate, d);
-  if (dq) check_stride("dq", vw.dq, d);
-  if (dk) check_stride("dk", vw.dk, d);
-  if (dv) check_stride("dv", vw.dv, d);
   if (dgate) check_stride("dgate", vw.dgate, d);
   MF_ASSERT(!dgate || (void *)dgate != (void *)dout || same_stride(vw.dgate, vw.dout),
             "attention backward: dgate may alias dout only as the same view");
   const int64_t rows = (int64_t)d.B * d.R * d.H * d.Q;
-  check_bias_row(vw, d);
-  if (dbias && (rows == 0 || d.K == 0)) /* the padding columns of a strided dbias too */
-    MF_CHECK_CUDA(cudaMemsetAsync(dbias, 0, (size_t)d.B * d.H * d.Q * (vw.bias_row ? vw.bias_row : d.K) * sizeof(bf16), stream));
-  if (rows == 0) {
-    zero_view(dk, vw.dk, d, d.K, stream);
-    zero_view(dv, vw.dv, d, d.K, stream);
-    return;
-  }
+  if (!backward_begin(dk, dv, dbias, vw, d, stream)) return;
   att_params p = make_params(d);
   set_strides(p, vw);
   p.q = q; p.k = k; p.v = v; p.bias = bias; p.mask = mask; p.gate = gate; p.dout = dout;
@@ -3291,8 +3319,6 @@ extern "C" void mf_attention_backward_strided_cuda(
   float *ld = (float *)workspace;
   bf16 *dOeff = gate ? (bf16 *)((char *)workspace + ws_ld_bytes(d)) : NULL;
   const size_t ws_fixed = ws_ld_bytes(d) + ws_do_bytes((size_t)rows, d.D, gate != NULL);
-  float *scratch = (float *)((char *)workspace + ws_fixed);
-  const size_t scratch_bytes = workspace_bytes - ws_fixed;
   p.ld = ld;
   p.dO = gate ? dOeff : dout;
   p.sdO = gate ? packed_stride(d, d.Q) : vw.dout;
@@ -3303,13 +3329,63 @@ extern "C" void mf_attention_backward_strided_cuda(
                                                        prows, d.D, d.R, d.H, d.Q,
                                                        p.nqb * ATT_BQ, ps);
   MF_CHECK_LAUNCH();
-  if (d.K == 0) { /* no keys: dq = 0 (dk, dv, dbias are empty) */
-    zero_view(dq, vw.dq, d, d.Q, stream);
-    return;
-  }
-  const bool dq_packed = same_stride(vw.dq, packed_stride(d, d.Q));
-  MF_ATT_DISPATCH(backward_dp, padded_dim(d.D), p, dk || dv, dq != NULL, dbias != NULL, dq_packed,
-                  scratch, scratch_bytes, stream);
+  backward_run(p, dq, vw, d, dk || dv, dbias != NULL, (float *)((char *)workspace + ws_fixed),
+               workspace_bytes - ws_fixed, stream);
+}
+
+/* ------------------------------------------------------------------------------------
+ * The backward with its prologue done by the caller (attention_cuda.h: the side rows). */
+extern "C" int mf_attention_side_rows_qp(mf_attn_dims d) { return (int)mf_cdiv(d.Q, ATT_BQ) * ATT_BQ; }
+extern "C" size_t mf_attention_side_rows_bytes(mf_attn_dims d) { return ws_ld_bytes(d); }
+
+/* The padding rows q in [Q, QP) of every slab's side rows: lse·log2e = +inf, Di = 0. */
+static __global__ void side_pad_kernel(float *side, int64_t slabs, int Q, int QP) {
+  const int np = QP - Q;
+  const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= slabs * np) return;
+  const int64_t s = t / np;
+  const int q = Q + (int)(t - s * np);
+  side[s * 2 * QP + q] = INFINITY;
+  side[s * 2 * QP + QP + q] = 0.f;
+}
+
+extern "C" void mf_attention_side_rows_pad_cuda(float *side, mf_attn_dims d, cudaStream_t stream) {
+  const int QP = mf_attention_side_rows_qp(d);
+  const int64_t total = (int64_t)d.B * d.R * d.H * (QP - d.Q);
+  if (total == 0) return;
+  MF_ASSERT(side, "attention side rows: NULL");
+  side_pad_kernel<<<mf_cdiv(total, 256), 256, 0, stream>>>(side, (int64_t)d.B * d.R * d.H, d.Q, QP);
+  MF_CHECK_LAUNCH();
+}
+
+extern "C" size_t mf_attention_backward_prepared_cuda_workspace(mf_attn_dims d) {
+  const size_t rows = (size_t)d.B * d.R * d.H * d.Q;
+  return mf_attention_backward_strided_cuda_workspace(d, 0) - ws_ld_bytes(d) - ws_do_bytes(rows, d.D, 0);
+}
+
+extern "C" void mf_attention_backward_prepared_strided_cuda(
+    bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dbias, const bf16 *dO, const float *side, const bf16 *q,
+    const bf16 *k, const bf16 *v, const bf16 *bias, const uint8_t *mask, mf_attn_dims d,
+    const mf_attn_views *views, void *workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const void *ptrs[] = {dq, dk, dv, dbias, dO, side, q, k, v, bias, workspace};
+  check_args(&d, ptrs, 11);
+  MF_ASSERT(dO && side && q && k && v && views,
+            "attention backward (prepared): dO, side rows, q, k, v, views are required");
+  MF_ASSERT(!dbias || bias, "attention backward: dbias without a bias");
+  const size_t need = mf_attention_backward_prepared_cuda_workspace(d);
+  MF_ASSERT(workspace_bytes >= need && (workspace || need == 0),
+            "attention backward (prepared): workspace of %zu bytes, %zu needed", workspace_bytes, need);
+  const mf_attn_views &vw = *views;
+  check_backward_views(dq, dk, dv, vw, d);
+  if (!backward_begin(dk, dv, dbias, vw, d, stream)) return;
+  att_params p = make_params(d);
+  set_strides(p, vw);
+  p.q = q; p.k = k; p.v = v; p.bias = bias; p.mask = mask;
+  p.dq = dq; p.dk = dk; p.dv = dv; p.dbias = dbias;
+  p.ld = const_cast<float *>(side);
+  p.dO = dO;
+  p.sdO = vw.dout;
+  backward_run(p, dq, vw, d, dk || dv, dbias != NULL, (float *)workspace, workspace_bytes, stream);
 }
 
 extern "C" void mf_attention_backward_cuda(bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dbias, bf16 *dgate,

@@ -118,6 +118,32 @@ void mf_attention_backward_strided_cuda(
     const __nv_bfloat16 *bias, const uint8_t *mask, const __nv_bfloat16 *gate, mf_attn_dims d,
     const mf_attn_views *views, void *workspace, size_t workspace_bytes, cudaStream_t stream);
 
+/* The backward with its prologue done by the caller, which has dout and the gate at hand
+ * anyway (the triangle attention's output-projection backward, ta_out_bwd_wg.cu, forms
+ * them in the GEMM's epilogue instead of a pass of their own over dout, out and the gate).
+ * The caller passes:
+ *   dO, the gradient of the ungated output (with a gate: dout ⊙ σ(gate)), a (B,R,H,Q,D)
+ *     view (views->dout);
+ *   side, the side rows: fp32, per slab s = (b·R + r)·H + h, 2·QP values at s·2·QP,
+ *     QP = mf_attention_side_rows_qp(d) (Q rounded up to the 64-row tile): lse·log2(e) at
+ *     [0, QP) (+inf where lse = −inf) and Di = Σ_d dO·(ungated output) = Σ_d dout·out at
+ *     [QP, 2·QP); the padding rows q ≥ Q hold +inf and 0
+ *     (mf_attention_side_rows_pad_cuda writes them, and nothing when Q % 64 == 0).
+ *     mf_attention_side_rows_bytes() bytes, 16-byte aligned.
+ * dgate is then the caller's too (dout·out·(1 − σ(gate))). Workspace:
+ * mf_attention_backward_prepared_cuda_workspace() bytes (the strided backward's, less the
+ * side rows and the gated dO it holds). Same passes, orders and gradient contract as
+ * mf_attention_backward_strided_cuda; views' gate, out, dgate are ignored. */
+int mf_attention_side_rows_qp(mf_attn_dims d);
+size_t mf_attention_side_rows_bytes(mf_attn_dims d);
+void mf_attention_side_rows_pad_cuda(float *side, mf_attn_dims d, cudaStream_t stream);
+size_t mf_attention_backward_prepared_cuda_workspace(mf_attn_dims d);
+void mf_attention_backward_prepared_strided_cuda(
+    __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, __nv_bfloat16 *dbias,
+    const __nv_bfloat16 *dO, const float *side, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+    const __nv_bfloat16 *v, const __nv_bfloat16 *bias, const uint8_t *mask, mf_attn_dims d,
+    const mf_attn_views *views, void *workspace, size_t workspace_bytes, cudaStream_t stream);
+
 /* Kernel variant for the lab and the tests: 0 = tensor cores (mma.sync, the default:
  * variant 7's backward), 1 = the portable path (the same kernels with the matrix products
  * done by warp shuffles and FMAs, no architecture-specific instructions, three backward
