@@ -104,13 +104,6 @@ static __device__ __forceinline__ uint32_t tc_pack(float lo, float hi) {
   return *reinterpret_cast<const uint32_t *>(&v);
 }
 
-/* σ(x) = (1 + tanh(x/2))/2: one MUFU operation. */
-static __device__ __forceinline__ float tc_sigmoid(float x) {
-  float t;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(0.5f * x));
-  return fmaf(0.5f, t, 0.5f);
-}
-
 /* Register budgets per warpgroup (setmaxnreg; the launch gives each thread 168): B holds
  * 128 accumulators for the whole run next to the x̂ pass and takes 200, C (64
  * accumulators) gives up to 136, A keeps 168: 168 + 200 + 136 = 504 = 65536 / 128. */
@@ -253,7 +246,7 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const float a = ab[4 * nt + e], b = ab[32 + 4 * nt + e], d = dh[4 * nt + e];
-          const float sg = tc_sigmoid(a), si = a * sg;
+          const float sg = mf_sigmoidf_tanh(a), si = a * sg;
           hv[e] = si * b;
           dbv[e] = d * si;
           dav[e] = d * b * sg * (1.0f + a * (1.0f - sg));
