@@ -37,6 +37,7 @@
 #include "ops/cuda/attention_cuda.h"
 #include "ops/cuda/ln_gemm_cuda.h"
 #include "ops/cuda/ln_linear_cuda.h"
+#include "ops/cuda/ta_out_bwd_cuda.h"
 #include "ops/cuda/triatt_cuda.h"
 #include "ops/dropout.h"
 #include "ops/triatt.h"
@@ -185,7 +186,7 @@ static void test_triatt(int N, int C, int H, int D, int starting, int mask, int 
            rdp ? (axis == MF_DROPOUT_ROWWISE ? " +residual+rowdrop" : " +residual+coldrop") : "",
            alias ? " dz=dout" : "");
   raw_set runs[2] = {};
-  const int64_t proj_calls0 = mf_out_proj_wg_calls();
+  const int64_t proj_calls0 = mf_out_proj_wg_calls(), tb_calls0 = mf_ta_out_bwd_wg_calls();
   double *h = mf_test_alloc(np > M * C ? np : M * C);
   for (int run = 0; run < 2; run++) {
     up_f32(gd, g0, np);
@@ -249,6 +250,12 @@ static void test_triatt(int N, int C, int H, int D, int starting, int mask, int 
   if (C == 128 && HD == 128) /* the output projection took the fused wgmma kernel */
     MF_TEST(mf_out_proj_wg_calls() == proj_calls0 + 2, "%s: out_proj_wg ran %lld times, not 2",
             what, (long long)(mf_out_proj_wg_calls() - proj_calls0));
+  /* the backward's output side in one kernel (ta_out_bwd_wg.cu) where it takes the shape
+   * and is switched on: three backwards */
+  const int64_t tb = mf_ta_out_bwd_wg_calls() - tb_calls0;
+  const int64_t tb_want = C == 128 && H == 4 && D == 32 && mf_ta_out_bwd_wg_set(-1) ? 3 : 0;
+  MF_TEST(tb == tb_want, "%s: ta_out_bwd_wg ran %lld times, not %lld", what, (long long)tb,
+          (long long)tb_want);
   raw_free(&runs[0]);
   raw_free(&runs[1]);
   free(pm);
@@ -407,6 +414,8 @@ int main(void) {
       test_triatt(64, 128, 4, 32, st, 1, -1, 0, s += 20);
       test_triatt(64, 16, 4, 32, st, 0, RW, 1, s += 20); /* dz = dout */
       test_triatt(100, 128, 4, 32, st, 1, st ? CW : RW, 0, s += 20);
+      test_triatt(1, 128, 4, 32, st, 1, RW, 0, s += 20);   /* one pair row */
+      test_triatt(65, 128, 4, 32, st, 0, RW, 1, s += 20);  /* dz = dout at C = 128 */
     }
     /* forced 256-row chunks: several chunks with a partial last one */
     const int64_t prev = mf_fusion_set_chunk_rows(256);
@@ -432,6 +441,13 @@ int main(void) {
     test_triatt(33, 128, 4, 32, 1, 1, RW, 0, s += 20);
     test_triatt(100, 128, 4, 32, 0, 1, CW, 0, s += 20);
     mf_gemm_ln_bwd_set_enabled(gl_on);
+    /* the output side's backward as before ta_out_bwd_wg.cu (dropout pass, two cuBLAS
+     * GEMMs per chunk, the attention's own prologue) */
+    const int tb_on = mf_ta_out_bwd_wg_set(0);
+    test_triatt(33, 128, 4, 32, 1, 1, RW, 0, s += 20);
+    test_triatt(100, 128, 4, 32, 0, 1, CW, 0, s += 20);
+    test_triatt(64, 128, 4, 32, 1, 0, -1, 0, s += 20);
+    mf_ta_out_bwd_wg_set(tb_on);
 
     printf("triatt worst relative errors: out %.3g, dz %.3g, parameter gradients %.3g (tol %.1g)\n",
            g_worst[0], g_worst[1], g_worst[2], TOL);

@@ -27,8 +27,10 @@
  * same in the saved/workspace sizes, the forward and the backward. Transient tensors live in the caller's workspace (mf_triatt_cuda_workspace
  * bytes), which the forward and the backward may reuse freely between calls: P, the bias,
  * (backward) the gradient matrix dP (N², ldp) into which the attention backward writes
- * dq, dk, dv, dg (its g columns first hold dO, overwritten by dg in place), dbias and the
- * strided attention backward's workspace — about N²·(4·ldp + 4·H + 4·H + 2·H·D + 40·H)
+ * dq, dk, dv, dg (written by the output side's backward, ta_out_bwd_wg.cu, or else over
+ * dO in place), dbias and the strided attention backward's workspace (which also holds
+ * that kernel's dO ⊙ σ(g), side rows and, where they fit, its dW_o partials of
+ * SMs × 64 KiB; otherwise those take a region of their own) — about N²·(4·ldp + 4·H + 4·H + 2·H·D + 40·H)
  * bytes — with the chunk staging (LN rows, fp32 rows; mf_fusion_chunk_rows) aliased into
  * the buffers not live in each phase: ≈ 356 MiB at N = 384, 1423 MiB at N = 768
  * (C = 128, H = 4, D = 32; the re-layout path this replaced took 384 MiB, 1496 MiB; it was
