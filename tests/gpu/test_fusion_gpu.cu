@@ -46,6 +46,7 @@
 #include "ops/cuda/transition_bwd_cl_cuda.h"
 #include "ops/cuda/transition_cuda.h"
 #include "ops/cuda/trimul_cuda.h"
+#include "ops/cuda/trimul_ph1_cuda.h"
 #include "ops/dropout.h"
 #include "ops/layernorm.h"
 #include "ops/linear.h"
@@ -955,6 +956,7 @@ static void test_trimul(int N, int C, int Ch, int outgoing, int use_mask, int re
            resdrop ? " +residual+dropout" : "", (long long)chunk, tvar);
   raw_set runs[2] = {};
   const int64_t out_calls0 = mf_trimul_out_wg_calls(), bwd_calls0 = mf_trimul_out_bwd_wg_calls();
+  const int64_t ph1_calls0 = mf_trimul_ph1_wg_calls();
   for (int run = 0; run < 2; run++) {
     float *gd = to_f32(g0, np);
     mf_trimul_cuda_grads gg = {gd, gd + C, gd + o_cat, gd + o_lg, gd + o_lg + Ch, gd + o_lg + 2 * Ch};
@@ -988,8 +990,14 @@ static void test_trimul(int N, int C, int Ch, int outgoing, int use_mask, int re
   if (tvar == 2 && C == 128 && Ch == 128) { /* the output side took the fused wgmma kernels */
     MF_TEST(mf_trimul_out_wg_calls() == out_calls0 + 2, "%s: trimul_out_wg ran %lld times, not 2",
             what, (long long)(mf_trimul_out_wg_calls() - out_calls0));
-    MF_TEST(mf_trimul_out_bwd_wg_calls() >= bwd_calls0 + 2, "%s: trimul_out_bwd_wg ran %lld times",
-            what, (long long)(mf_trimul_out_bwd_wg_calls() - bwd_calls0));
+    if (mf_trimul_ph1_wg_set(-1)) /* the backward's whole first phase in one kernel */
+      MF_TEST(mf_trimul_ph1_wg_calls() >= ph1_calls0 + 2 && mf_trimul_out_bwd_wg_calls() == bwd_calls0,
+              "%s: trimul_ph1_wg ran %lld times, trimul_out_bwd_wg %lld", what,
+              (long long)(mf_trimul_ph1_wg_calls() - ph1_calls0),
+              (long long)(mf_trimul_out_bwd_wg_calls() - bwd_calls0));
+    else
+      MF_TEST(mf_trimul_out_bwd_wg_calls() >= bwd_calls0 + 2, "%s: trimul_out_bwd_wg ran %lld times",
+              what, (long long)(mf_trimul_out_bwd_wg_calls() - bwd_calls0));
   }
   free(pm);
   dev_free_all();
@@ -1297,6 +1305,13 @@ int main(void) {
   test_trimul(65, 128, 128, 1, 1, 0, 1024, s += 20);
   test_trimul(65, 128, 128, 0, 1, 1, 1024, s += 20);
   test_trimul(9, 20, 12, 0, 1, 1, 0, s += 20); /* channels not multiples of 8 */
+  { /* the backward's first phase as before trimul_ph1_wg.cu (out_proj_wg.cu's TRI_BWD
+     * kernel, two cuBLAS GEMMs, the channel-major LN backward) */
+    const int ph1 = mf_trimul_ph1_wg_set(0);
+    test_trimul(33, 128, 128, 1, 1, 1, 0, s += 20);
+    test_trimul(65, 128, 128, 0, 1, 1, 1024, s += 20);
+    mf_trimul_ph1_wg_set(ph1);
+  }
   /* 625 subtiles of 64 rows: the fused output side's warpgroups take two each (both T
    * buffers), M % 64 == 0 */
   test_trimul(200, 128, 128, 0, 1, 1, 0, s += 20);

@@ -111,6 +111,52 @@ static __device__ __forceinline__ void mf_row_load_bf16(float *v, const bf16 *__
   }
 }
 
+/* dst[i] += Σ_b part[b·n + i], i < n, summed over b = 0, 1, … in order: the fixed-order
+ * reduce of per-CTA weight-gradient partials (a template only so that translation units
+ * that do not use it instantiate nothing). */
+template <typename F = float>
+static __global__ void mf_sum_parts_kernel(F *__restrict__ dst, const F *__restrict__ part, int nparts, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  F s = 0;
+  for (int b = 0; b < nparts; b++) s += part[(int64_t)b * n + i];
+  dst[i] += s;
+}
+template <typename F = float>
+static inline void mf_sum_parts_cuda(F *dst, const F *part, int nparts, int n, cudaStream_t stream) {
+  mf_sum_parts_kernel<F><<<(n + 255) / 256, 256, 0, stream>>>(dst, part, nparts, n);
+  MF_CHECK_LAUNCH();
+}
+
+/* Whether the current device has compute capability 9.x (sm_90a kernels); 0 where no
+ * device answers (the error is cleared). */
+static inline int mf_dev_sm90(void) {
+  static int cc = -1;
+  if (cc < 0) {
+    int dev = 0, major = 0;
+    cc = cudaGetDevice(&dev) == cudaSuccess &&
+                 cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess
+             ? major
+             : 0;
+    (void)cudaGetLastError();
+  }
+  return cc == 9;
+}
+
+/* The SM count, or 132 where no device answers: workspace sizes of per-CTA partials are
+ * then still an upper bound on an H100/H200. */
+static inline int mf_sm_count_or132(void) {
+  static int n = 0;
+  if (!n) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        n < 1)
+      n = 132;
+    (void)cudaGetLastError();
+  }
+  return n;
+}
+
 /* The current device's SM count (read once per translation unit; at least 1). */
 static inline int mf_sm_count(void) {
   static int n = 0;

@@ -315,16 +315,6 @@ static __global__ void __launch_bounds__(256, 1) ta_out_bwd_kernel(const tb_para
   }
 }
 
-/* dw (128 × 128) += Σ_b part[b] in order b = 0, 1, … */
-static __global__ void ta_out_bwd_reduce_kernel(float *__restrict__ dw, const float *__restrict__ part,
-                                                int nparts) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= TB_C * TB_C) return;
-  float s = 0.0f;
-  for (int b = 0; b < nparts; b++) s += part[(int64_t)b * TB_C * TB_C + i];
-  dw[i] += s;
-}
-
 /* ================================================================ host */
 
 static int g_tb_on = -1; /* −1: not yet read from the environment */
@@ -344,34 +334,7 @@ extern "C" int64_t mf_ta_out_bwd_wg_calls(void) { return g_tb_calls; }
 
 static int tb_al16(const void *q) { return ((uintptr_t)q & 15) == 0; }
 
-static int tb_sm90(void) {
-  static int cc = -1;
-  if (cc < 0) {
-    int dev = 0, major = 0;
-    cc = cudaGetDevice(&dev) == cudaSuccess &&
-                 cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess
-             ? major
-             : 0;
-    (void)cudaGetLastError();
-  }
-  return cc == 9;
-}
-
-/* The grid's bound: the SM count, or 132 where no device answers (the partials' size is
- * then still an upper bound on an H100/H200). */
-static int tb_sms(void) {
-  static int n = 0;
-  if (!n) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        n < 1)
-      n = 132;
-    (void)cudaGetLastError();
-  }
-  return n;
-}
-
-extern "C" size_t mf_ta_out_bwd_wg_part_bytes(void) { return (size_t)tb_sms() * TB_C * TB_C * sizeof(float); }
+extern "C" size_t mf_ta_out_bwd_wg_part_bytes(void) { return (size_t)mf_sm_count_or132() * TB_C * TB_C * sizeof(float); }
 
 extern "C" int mf_ta_out_bwd_wg_supported(int C, int H, int D, int64_t ldg, const void *dOe,
                                           const void *dg, const void *dout, const void *o,
@@ -381,7 +344,7 @@ extern "C" int mf_ta_out_bwd_wg_supported(int C, int H, int D, int64_t ldg, cons
   const void *ptrs[] = {dOe, dg, dout, o, g, w_o};
   for (int i = 0; i < 6; i++)
     if (ptrs[i] && !tb_al16(ptrs[i])) return 0;
-  return tb_sm90();
+  return mf_dev_sm90();
 }
 
 extern "C" void mf_ta_out_bwd_wg_cuda(bf16 *dOe, bf16 *dg, int64_t ldg, float *side, float *dw_o,
@@ -414,13 +377,12 @@ extern "C" void mf_ta_out_bwd_wg_cuda(bf16 *dOe, bf16 *dg, int64_t ldg, float *s
   p.starting = starting;
   p.qp = qp;
   p.M = M;
-  const int grid = (int)(nsub < tb_sms() ? nsub : tb_sms());
+  const int grid = (int)(nsub < mf_sm_count_or132() ? nsub : mf_sm_count_or132());
   MF_CHECK_CUDA(cudaFuncSetAttribute(ta_out_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, TB_SMEM));
   ta_out_bwd_kernel<<<grid, 256, TB_SMEM, stream>>>(p);
   MF_CHECK_LAUNCH();
   if (dw_o) {
-    ta_out_bwd_reduce_kernel<<<TB_C * TB_C / 256, 256, 0, stream>>>(dw_o, part, grid);
-    MF_CHECK_LAUNCH();
+    mf_sum_parts_cuda(dw_o, part, grid, TB_C * TB_C, stream);
   }
   g_tb_calls++;
 }

@@ -546,33 +546,6 @@ extern "C" int64_t mf_transition_bwd_cl_calls(void) { return g_tc_calls; }
 
 static int tc_aligned(const void *q) { return ((uintptr_t)q & 15) == 0; }
 
-static int tc_sm90(void) {
-  static int cc = -1;
-  if (cc < 0) {
-    int dev = 0, major = 0;
-    cc = cudaGetDevice(&dev) == cudaSuccess &&
-                 cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess
-             ? major
-             : 0;
-    (void)cudaGetLastError();
-  }
-  return cc == 9;
-}
-
-/* The SM count, or 132 where no device answers (the workspace bound is then still an upper
- * bound on an H100/H200). */
-static int tc_sms(void) {
-  static int n = 0;
-  if (!n) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        n < 1)
-      n = 132;
-    (void)cudaGetLastError();
-  }
-  return n;
-}
-
 /* Clusters of 2, 4 or 8 CTAs. Not 1 (Hd = 64): st.async into a "cluster" of one CTA ran
  * right, but compute-sanitizer's memcheck rejects it (a cluster needs two blocks). */
 static int tc_S(int Hd) { return Hd == 128 ? 2 : Hd == 256 ? 4 : Hd == 512 ? 8 : 0; }
@@ -586,7 +559,7 @@ extern "C" int mf_transition_bwd_cl_supported(int C, int Hd, mf_ln_mode mode, co
   if (!tc_aligned(inp) || !tc_aligned(dout) || !tc_aligned(mean) || !tc_aligned(rstd) || !tc_aligned(w_ab) ||
       !tc_aligned(w_o) || (dinp && !tc_aligned(dinp)))
     return 0;
-  return tc_sm90() && mf_tma_encoder() != NULL;
+  return mf_dev_sm90() && mf_tma_encoder() != NULL;
 }
 
 template <int S>
@@ -641,7 +614,7 @@ static int tc_clusters(int S) {
 extern "C" size_t mf_transition_bwd_cl_workspace(int C, int Hd) {
   const int S = tc_S(Hd);
   if (C != TC_C || !S) return 0;
-  const int sms = tc_sms(), ncl = sms / S > 0 ? sms / S : 1;
+  const int sms = mf_sm_count_or132(), ncl = sms / S > 0 ? sms / S : 1;
   mf_carver cv = {NULL, 0};
   mf_carve(&cv, (size_t)ncl * 3 * Hd * TC_C * sizeof(float));
   mf_carve(&cv, (size_t)sms * 2 * TC_C * sizeof(float));
@@ -672,7 +645,7 @@ extern "C" void mf_transition_bwd_cl_cuda(bf16 *dinp, int add, float *dgamma, fl
   const int S = tc_S(Hd);
   const int64_t ntiles = (M + TC_BM - 1) / TC_BM;
   int ncl = tc_clusters(S);
-  const int sms = tc_sms();
+  const int sms = mf_sm_count_or132();
   if (ncl > sms / S && sms / S > 0) ncl = sms / S; /* the workspace's bound */
   if (ncl > ntiles) ncl = (int)ntiles;
   MF_ASSERT(mf_transition_bwd_cl_workspace(TC_C, Hd) <= ws_bytes, "transition_bwd_cl: workspace %zu < %zu bytes",

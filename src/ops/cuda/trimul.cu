@@ -17,6 +17,7 @@
 #include "gemm_ln_bwd_cuda.h"
 #include "ln_gemm_cuda.h"
 #include "ln_linear_cuda.h"
+#include "trimul_ph1_cuda.h"
 
 #define TRI_TM 32      /* rows (pair positions) per tile of the scalar transposing kernels */
 #define TRI_THREADS 256
@@ -792,6 +793,7 @@ typedef struct {
   float *mask;  /* (N, C) dropout mask */
   bf16 *sg;     /* (M, C) σ(x·W_gᵀ) (forward); dgl, the gate-logit gradient (backward) */
   bf16 *dT, *dA, *dB; /* (Ch, ldm) channel-major gradients (backward), ldm = tri_ldm(M) */
+  float *dwz_part;    /* trimul_ph1_wg.cu's dW_z partials (C = Ch = 128), else NULL */
   tri_stage fwd, ph1, ph3; /* the staging of the unfused forward, backward phases 1 and 3 */
 } tri_ws;
 
@@ -862,6 +864,7 @@ static size_t ws_carve(tri_ws *w, void *base, int N, int C, int Ch, int fused) {
   stage_carve(&w->fwd, p0, R, C, Ch, TRI_FWD, fused);
   stage_carve(&w->ph3, p0, R, C, Ch, TRI_PH3, fused);
   stage_carve(&w->ph1, p0 ? p0 + plane : NULL, R, C, Ch, TRI_PH1, fused);
+  w->dwz_part = C == 128 && Ch == 128 ? (float *)mf_carve(&cv, mf_trimul_ph1_wg_part_bytes()) : NULL;
   return cv.used;
 }
 
@@ -1033,6 +1036,15 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
                       MF_GEMM_OUT_F32, C);
     }
     const float *dmask = rd ? b.mask : NULL;
+    if (fused_gate_bwd && b.dwz_part &&
+        mf_trimul_ph1_wg_supported(C, Ch, ldm, r0, dgl, b.dT, s.t, dout, glb, w->w_z, dmask)) {
+      /* the rest of the phase in one kernel (trimul_ph1_wg.cu): y, u, du, dy never reach HBM */
+      const int parts = mf_trimul_ph1_wg_cuda(dgl, b.dT, G(w_z), b.dwz_part, b.part, s.t, ldm, s.mu_out,
+                                              s.rs_out, w->ln_out_g, w->ln_out_b, w->w_z, dout, glb,
+                                              dmask, rd ? (int)rd->axis : 0, N, r0, rows, stream);
+      mf_ln_param_grad_reduce_cuda(G(ln_out_g), G(ln_out_b), b.part, parts, Ch, stream);
+      continue;
+    }
     int y_cm = 0; /* y channel-major (Ch, ldm(R)) from the fused kernel, else rows (R, Ch) */
     if (fused_gate_bwd && mf_trimul_out_bwd_wg_supported(C, Ch, ldm, r0, p1->du, dgl, p1->y, s.t, dout,
                                                          glb, w->w_z, dmask)) {

@@ -99,16 +99,17 @@ static __device__ __forceinline__ void mf_fence_proxy_async(void) {
 /* Accumulator layout (n = 64 or 128; the same as mma.sync's m16n8 C fragments): thread
  * 32·w + l of the warpgroup holds d[4i + 0, 1] = (row 16·w + l/4, columns 8·i + 2·(l%4) + 0, 1)
  * and d[4i + 2, 3] = (row 16·w + l/4 + 8, the same columns), i = 0 .. n/8 − 1. */
-/* d (64 × 64 fp32, the warpgroup's fragments) (+)= A·B, A (64 × 16) K-major and B (16 × 64)
- * in shared memory (descriptors); B is K-major (TB = 0: B stored as 64 rows of k) or
- * MN-major (TB = 1: 16 rows of 64 n); acc = 0 overwrites d. */
-template <int TB = 0>
+/* d (64 × 64 fp32, the warpgroup's fragments) (+)= A·B, A (64 × 16) and B (16 × 64) in
+ * shared memory (descriptors); B is K-major (TB = 0: B stored as 64 rows of k) or
+ * MN-major (TB = 1: 16 rows of 64 n); A is K-major (TA = 0) or MN-major (TA = 1: 16 rows
+ * of 64 m, mf_wg_desc_mn); acc = 0 overwrites d. */
+template <int TB = 0, int TA = 0>
 static __device__ __forceinline__ void mf_wg_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int acc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %36, %35;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(da), "l"(db), "r"(acc), "n"(TB));
+      : "l"(da), "l"(db), "r"(acc), "n"(TB), "n"(TA));
 }
 /* The same with A from registers: a = the m64k16 A fragment (4 × bf16x2, mma.sync's
  * m16k16 layout for the thread's warp's 16 rows). */
