@@ -1,6 +1,6 @@
 /* mma_ptx.cuh — the sm_80+ PTX wrappers shared by the mma.sync kernels of EvoFusion
  * (ln_gemm.cu, ln_gemm_bwd.cu): shared-memory addresses, ldmatrix x4 (plain and
- * transposed), the m16n8k16 bf16 mma with fp32 accumulation, and the cp.async group
+ * transposed), stmatrix x4 transposed (trimul_ph1_wg.cu), the m16n8k16 bf16 mma with fp32 accumulation, and the cp.async group
  * commit / wait. Only what two files wrote the same; each file keeps its own cp.async
  * copy (they differ: zero-fill, memory clobber). Not a public header; C code never
  * includes it. */
@@ -26,6 +26,14 @@ static __device__ __forceinline__ void mf_ldsm_x4_t(uint32_t *r, uint32_t addr) 
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+/* Four 8×8 bf16 matrices to shared memory, each transposed (sm_90 stmatrix; lane l gives
+ * the row address of matrix l / 8; register q of lane l holds the elements that
+ * mf_ldsm_x4_t would load there). */
+static __device__ __forceinline__ void mf_stsm_x4_t(uint32_t addr, const uint32_t *r) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
 }
 /* c (16×8 fp32) += a (16×16 bf16, row) · b (16×8 bf16, col) */
 static __device__ __forceinline__ void mf_mma_bf16(float *c, const uint32_t *a, uint32_t b0,

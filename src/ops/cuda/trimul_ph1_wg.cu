@@ -118,11 +118,6 @@ static __device__ __forceinline__ uint32_t t1_pack(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *(const uint32_t *)&h;
 }
-/* Byte offset of (row r, channel c) in a channel-major tile (line c of 64 rows, swizzled). */
-static __device__ __forceinline__ uint32_t t1_cm(int r, int c) {
-  return (uint32_t)(c * 128 + ((((r >> 3) ^ c) & 7) << 4) + (r & 7) * 2);
-}
-
 static __global__ void __launch_bounds__(256, 1) trimul_ph1_kernel(const t1_params p) {
   extern __shared__ unsigned char t1_raw[];
   unsigned char *sm = t1_raw + ((1024u - (mf_smem_u32(t1_raw) & 1023u)) & 1023u);
@@ -158,6 +153,9 @@ static __global__ void __launch_bounds__(256, 1) trimul_ph1_kernel(const t1_para
   for (int i = 0; i < 64; i++) dw[i] = 0.0f;
 #pragma unroll
   for (int i = 0; i < 16; i++) pg[i] = pb[i] = 0.0f;
+  float gam[16]; /* γ of this thread's fragment channels 64·wg + 8i + 2(lane % 4) + e */
+#pragma unroll
+  for (int k = 0; k < 16; k++) gam[k] = mf_bf16_to_f32(p.gamma[64 * wg + 8 * (k >> 1) + 2 * (lane & 3) + (k & 1)]);
   float mk[T1_MI][8];
   if (p.mask && blockIdx.x < nsub) t1_mask_load(mk, p, blockIdx.x, tid);
   int st = 0;
@@ -273,9 +271,28 @@ static __global__ void __launch_bounds__(256, 1) trimul_ph1_kernel(const t1_para
     mf_wg_pin(dy);
     mf_wg_pin(dw);
 
-    /* LN_out backward: x̂ = (T − μ)·rstd from the raw tile, g = γ·dy; the rows' sums over
-     * this warpgroup's 64 channels, then both halves */
+    /* LN_out backward: x̂ = (T − μ)·rstd from the raw tile (its 8 × 8 blocks transposed
+     * into the fragment layout by ldmatrix: block (i, hh) = channels 64wg + 8i .., rows
+     * 16·warp + 8hh ..), g = γ·dy; the rows' sums over this warpgroup's 64 channels, then
+     * both halves */
     float xh[2][16], sg[2] = {0.0f, 0.0f}, sgx[2] = {0.0f, 0.0f};
+    {
+      const uint32_t t_u = mf_smem_u32(tt);
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        const int q = lane >> 3, i = 2 * k + (q >> 1), hh = q & 1;
+        const int c = 64 * wg + 8 * i + (lane & 7);
+        uint32_t v[4];
+        mf_ldsm_x4_t(v, t_u + c * 128 + ((((2 * warp + hh) ^ c) & 7) << 4));
+#pragma unroll
+        for (int qq = 0; qq < 4; qq++) {
+          const int i2 = 2 * k + (qq >> 1), h2 = qq & 1;
+          const float2 tv = t1_unpack(v[qq]);
+          xh[h2][2 * i2] = tv.x;
+          xh[h2][2 * i2 + 1] = tv.y;
+        }
+      }
+    }
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
       const int r = 16 * warp + (lane >> 2) + 8 * hh;
@@ -284,10 +301,9 @@ static __global__ void __launch_bounds__(256, 1) trimul_ph1_kernel(const t1_para
       for (int i = 0; i < 8; i++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-          const int c = 64 * wg + 8 * i + 2 * (lane & 3) + e;
           /* rows past the chunk: x̂ = 0 (their T may be padding; their dy is 0) */
-          const float x = r < rows ? (mf_bf16_to_f32(*(const bf16 *)(tt + t1_cm(r, c))) - m_) * rs_ : 0.0f;
-          const float d = dy[4 * i + 2 * hh + e], g = d * gb[c];
+          const float x = r < rows ? (xh[hh][2 * i + e] - m_) * rs_ : 0.0f;
+          const float d = dy[4 * i + 2 * hh + e], g = d * gam[2 * i + e];
           xh[hh][2 * i + e] = x;
           sg[hh] += g;
           sgx[hh] += g * x;
@@ -310,6 +326,7 @@ static __global__ void __launch_bounds__(256, 1) trimul_ph1_kernel(const t1_para
     __syncthreads(); /* both halves of every row's sums */
     {
       unsigned char *dTs = dt + wg * T1_BLK; /* dT staged channel-major over this warpgroup's dout block */
+      uint32_t o2[2][8]; /* dT of (row hh, channels 8i + 2(lane % 4) + {0, 1}) as bf16 pairs */
 #pragma unroll
       for (int hh = 0; hh < 2; hh++) {
         const int r = 16 * warp + (lane >> 2) + 8 * hh;
@@ -317,13 +334,22 @@ static __global__ void __launch_bounds__(256, 1) trimul_ph1_kernel(const t1_para
         const float a = (xs[r * 2] + xs[(T1_SUB + r) * 2]) * (1.0f / T1_C);
         const float bx = (xs[r * 2 + 1] + xs[(T1_SUB + r) * 2 + 1]) * (1.0f / T1_C);
 #pragma unroll
-        for (int i = 0; i < 8; i++)
+        for (int i = 0; i < 8; i++) {
+          float o[2];
 #pragma unroll
-          for (int e = 0; e < 2; e++) {
-            const int cl = 8 * i + 2 * (lane & 3) + e, c = 64 * wg + cl;
-            const float g = dy[4 * i + 2 * hh + e] * gb[c];
-            *(bf16 *)(dTs + t1_cm(r, cl)) = mf_f32_to_bf16(rs_ * (g - a - xh[hh][2 * i + e] * bx));
-          }
+          for (int e = 0; e < 2; e++)
+            o[e] = rs_ * (dy[4 * i + 2 * hh + e] * gam[2 * i + e] - a - xh[hh][2 * i + e] * bx);
+          o2[hh][i] = t1_pack(o[0], o[1]);
+        }
+      }
+      /* into the channel-major staging, transposed back by stmatrix (the blocks of the
+       * ldmatrix above, local channel lines) */
+      const uint32_t s_u = mf_smem_u32(dTs);
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        const int q = lane >> 3, i = 2 * k + (q >> 1), hh = q & 1, cl = 8 * i + (lane & 7);
+        const uint32_t v[4] = {o2[0][2 * k], o2[1][2 * k], o2[0][2 * k + 1], o2[1][2 * k + 1]};
+        mf_stsm_x4_t(s_u + cl * 128 + ((((2 * warp + hh) ^ cl) & 7) << 4), v);
       }
       t1_bar_wg(wg); /* the warpgroup's dT lines and dgl rows complete */
       uint4 vt[4], vg[4];
