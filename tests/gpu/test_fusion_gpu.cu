@@ -1061,6 +1061,13 @@ int main(void) {
     mf_cuda_blas_destroy(&g_blas);
     return mf_test_end();
   }
+  if (getenv("MF_FUSION_TEST_PH1")) { /* the trimul backward's first phase in one kernel
+                                       * (trimul_ph1_wg.cu), two shapes (compute-sanitizer) */
+    test_trimul(33, 128, 128, 0, 1, 1, 0, s += 20);
+    test_trimul(65, 128, 128, 1, 1, 0, 1024, s += 20);
+    mf_cuda_blas_destroy(&g_blas);
+    return mf_test_end();
+  }
   if (getenv("MF_FUSION_TEST_WG")) { /* the wgmma kernels alone, few shapes (compute-sanitizer) */
     mf_ln_gemm_bwd_set_variant(7);
     test_ln_linear(1000, 128, 128, MF_LN_FULL, 1, 0, s += 20, 3);
