@@ -40,6 +40,15 @@ static __device__ __forceinline__ float mf_sigmoidf_tanh(float x) {
   return fmaf(0.5f, t, 0.5f);
 }
 
+/* Two floats as a bf16x2 word (lo in the low half, round to nearest), and back. */
+static __device__ __forceinline__ uint32_t mf_pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *(const uint32_t *)&h;
+}
+static __device__ __forceinline__ float2 mf_unpack_bf16x2(uint32_t u) {
+  return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+}
+
 /* VEC consecutive values as fp32: VEC = 8 moves 16 bytes of bf16 (32 of fp32) per access
  * and needs 16-byte alignment; VEC = 1 is the scalar fallback for widths not divisible by 8. */
 template <int VEC>

@@ -170,18 +170,6 @@ static __device__ __forceinline__ void tb_store_blocks(bf16 *da, int64_t lda, co
   }
 }
 
-static __device__ __forceinline__ void tb_bar_wg(int wg) { /* the 128 threads of warpgroup wg */
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-}
-
-static __device__ __forceinline__ float2 tb_unpack(uint32_t u) {
-  return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
-}
-static __device__ __forceinline__ uint32_t tb_pack(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *(const uint32_t *)&h;
-}
-
 static __global__ void __launch_bounds__(256, 1) ta_out_bwd_kernel(const tb_params p) {
   extern __shared__ unsigned char tb_raw[];
   unsigned char *sm = tb_raw + ((1024u - (mf_smem_u32(tb_raw) & 1023u)) & 1023u);
@@ -253,30 +241,19 @@ static __global__ void __launch_bounds__(256, 1) ta_out_bwd_kernel(const tb_para
     unsigned char *db = dd + wg * TB_BLK, *gb = gt + wg * TB_BLK;
     const unsigned char *ob = ot + wg * TB_BLK;
     float di[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}; /* [hh][head − 2·wg] */
-    /* all of the thread's g and o pairs first: the in-place stores below would otherwise
-     * order each pair's loads after the previous pair's stores */
+    /* all of the thread's g and o pairs first (mf_frag_load2) */
     uint32_t gl2[2][8], ov2[2][8];
+    mf_frag_load2(gl2, ov2, gb, ob, warp, lane);
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
-      const int r = 16 * warp + (lane >> 2) + 8 * hh;
 #pragma unroll
       for (int i = 0; i < 8; i++) {
-        const uint32_t off = mf_sw128_chunk(r, i) + 4 * (lane & 3);
-        gl2[hh][i] = *(const uint32_t *)(gb + off);
-        ov2[hh][i] = *(const uint32_t *)(ob + off);
-      }
-    }
-#pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-      const int r = 16 * warp + (lane >> 2) + 8 * hh;
-#pragma unroll
-      for (int i = 0; i < 8; i++) {
-        const uint32_t off = mf_sw128_chunk(r, i) + 4 * (lane & 3);
-        const float2 gl = tb_unpack(gl2[hh][i]), ov = tb_unpack(ov2[hh][i]);
+        const uint32_t off = mf_frag_off(warp, lane, hh, i);
+        const float2 gl = mf_unpack_bf16x2(gl2[hh][i]), ov = mf_unpack_bf16x2(ov2[hh][i]);
         const float x0 = d[4 * i + 2 * hh], x1 = d[4 * i + 2 * hh + 1];
         const float s0 = mf_sigmoidf_tanh(gl.x), s1 = mf_sigmoidf_tanh(gl.y);
-        *(uint32_t *)(db + off) = tb_pack(x0 * s0, x1 * s1);
-        *(uint32_t *)(gb + off) = tb_pack(x0 * ov.x * (1.0f - s0), x1 * ov.y * (1.0f - s1));
+        *(uint32_t *)(db + off) = mf_pack_bf16x2(x0 * s0, x1 * s1);
+        *(uint32_t *)(gb + off) = mf_pack_bf16x2(x0 * ov.x * (1.0f - s0), x1 * ov.y * (1.0f - s1));
         di[hh][i >> 2] += x0 * ov.x + x1 * ov.y;
       }
     }
@@ -298,7 +275,7 @@ static __global__ void __launch_bounds__(256, 1) ta_out_bwd_kernel(const tb_para
         srow[p.qp] = k == 0 ? di[0][0] : k == 1 ? di[0][1] : k == 2 ? di[1][0] : di[1][1];
       }
     }
-    tb_bar_wg(wg); /* the warpgroup's dOe and dg blocks complete */
+    mf_bar_wg(wg); /* the warpgroup's dOe and dg blocks complete */
     tb_store_blocks(p.dOe + t.m0 * TB_C + 64 * wg, t.dm * TB_C, db, p.dg + t.m0 * p.ldg + 64 * wg,
                     t.dm * p.ldg, gb, rows, t128);
   }

@@ -108,16 +108,6 @@ static __device__ __forceinline__ void t1_mask_load(float (&mk)[T1_MI][8], const
   }
 }
 
-static __device__ __forceinline__ void t1_bar_wg(int wg) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-}
-static __device__ __forceinline__ float2 t1_unpack(uint32_t u) {
-  return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
-}
-static __device__ __forceinline__ uint32_t t1_pack(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *(const uint32_t *)&h;
-}
 static __global__ void __launch_bounds__(256, 1) trimul_ph1_kernel(const t1_params p) {
   extern __shared__ unsigned char t1_raw[];
   unsigned char *sm = t1_raw + ((1024u - (mf_smem_u32(t1_raw) & 1023u)) & 1023u);
@@ -225,27 +215,17 @@ static __global__ void __launch_bounds__(256, 1) trimul_ph1_kernel(const t1_para
       unsigned char *gbk = gt + wg * T1_BLK, *dub = dut + wg * T1_BLK;
       const unsigned char *dbk = dt + wg * T1_BLK;
       uint32_t d2[2][8], g2[2][8];
+      mf_frag_load2(d2, g2, dbk, gbk, warp, lane);
 #pragma unroll
       for (int hh = 0; hh < 2; hh++) {
-        const int r = 16 * warp + (lane >> 2) + 8 * hh;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-          const uint32_t off = mf_sw128_chunk(r, i) + 4 * (lane & 3);
-          d2[hh][i] = *(const uint32_t *)(dbk + off);
-          g2[hh][i] = *(const uint32_t *)(gbk + off);
-        }
-      }
-#pragma unroll
-      for (int hh = 0; hh < 2; hh++) {
-        const int r = 16 * warp + (lane >> 2) + 8 * hh;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-          const uint32_t off = mf_sw128_chunk(r, i) + 4 * (lane & 3);
-          const float2 dd = t1_unpack(d2[hh][i]), gl = t1_unpack(g2[hh][i]);
+          const uint32_t off = mf_frag_off(warp, lane, hh, i);
+          const float2 dd = mf_unpack_bf16x2(d2[hh][i]), gl = mf_unpack_bf16x2(g2[hh][i]);
           const float s0 = mf_sigmoidf_tanh(gl.x), s1 = mf_sigmoidf_tanh(gl.y);
           const float u0 = u[4 * i + 2 * hh], u1 = u[4 * i + 2 * hh + 1];
-          *(uint32_t *)(dub + off) = t1_pack(dd.x * s0, dd.y * s1);
-          *(uint32_t *)(gbk + off) = t1_pack(dd.x * u0 * s0 * (1.0f - s0), dd.y * u1 * s1 * (1.0f - s1));
+          *(uint32_t *)(dub + off) = mf_pack_bf16x2(dd.x * s0, dd.y * s1);
+          *(uint32_t *)(gbk + off) = mf_pack_bf16x2(dd.x * u0 * s0 * (1.0f - s0), dd.y * u1 * s1 * (1.0f - s1));
         }
       }
     }
@@ -287,7 +267,7 @@ static __global__ void __launch_bounds__(256, 1) trimul_ph1_kernel(const t1_para
 #pragma unroll
         for (int qq = 0; qq < 4; qq++) {
           const int i2 = 2 * k + (qq >> 1), h2 = qq & 1;
-          const float2 tv = t1_unpack(v[qq]);
+          const float2 tv = mf_unpack_bf16x2(v[qq]);
           xh[h2][2 * i2] = tv.x;
           xh[h2][2 * i2 + 1] = tv.y;
         }
@@ -339,7 +319,7 @@ static __global__ void __launch_bounds__(256, 1) trimul_ph1_kernel(const t1_para
 #pragma unroll
           for (int e = 0; e < 2; e++)
             o[e] = rs_ * (dy[4 * i + 2 * hh + e] * gam[2 * i + e] - a - xh[hh][2 * i + e] * bx);
-          o2[hh][i] = t1_pack(o[0], o[1]);
+          o2[hh][i] = mf_pack_bf16x2(o[0], o[1]);
         }
       }
       /* into the channel-major staging, transposed back by stmatrix (the blocks of the
@@ -351,7 +331,7 @@ static __global__ void __launch_bounds__(256, 1) trimul_ph1_kernel(const t1_para
         const uint32_t v[4] = {o2[0][2 * k], o2[1][2 * k], o2[0][2 * k + 1], o2[1][2 * k + 1]};
         mf_stsm_x4_t(s_u + cl * 128 + ((((2 * warp + hh) ^ cl) & 7) << 4), v);
       }
-      t1_bar_wg(wg); /* the warpgroup's dT lines and dgl rows complete */
+      mf_bar_wg(wg); /* the warpgroup's dT lines and dgl rows complete */
       uint4 vt[4], vg[4];
       const unsigned char *gbk = gt + wg * T1_BLK;
 #pragma unroll

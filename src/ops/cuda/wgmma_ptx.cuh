@@ -99,6 +99,32 @@ static __device__ __forceinline__ void mf_fence_proxy_async(void) {
 /* Accumulator layout (n = 64 or 128; the same as mma.sync's m16n8 C fragments): thread
  * 32·w + l of the warpgroup holds d[4i + 0, 1] = (row 16·w + l/4, columns 8·i + 2·(l%4) + 0, 1)
  * and d[4i + 2, 3] = (row 16·w + l/4 + 8, the same columns), i = 0 .. n/8 − 1. */
+/* Byte offset, in a 64-row × 64-column bf16 block of the swizzled layout above, of this
+ * thread's fragment pair (row 16·warp + lane/4 + 8·hh, columns 8i + 2·(lane % 4) + 0, 1)
+ * of an n64 accumulator (the layout below): 4 conflict-free bytes per lane. */
+static __device__ __forceinline__ uint32_t mf_frag_off(int warp, int lane, int hh, int i) {
+  return mf_sw128_chunk(16 * warp + (lane >> 2) + 8 * hh, i) + 4 * (lane & 3);
+}
+/* All 16 of this thread's fragment pairs from two such blocks, every load issued before
+ * any use (the epilogues then store in place, which would otherwise order each pair's
+ * loads after the previous pair's generic stores). */
+static __device__ __forceinline__ void mf_frag_load2(uint32_t (&a)[2][8], uint32_t (&b)[2][8],
+                                                     const unsigned char *ba, const unsigned char *bb,
+                                                     int warp, int lane) {
+#pragma unroll
+  for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      const uint32_t off = mf_frag_off(warp, lane, hh, i);
+      a[hh][i] = *(const uint32_t *)(ba + off);
+      b[hh][i] = *(const uint32_t *)(bb + off);
+    }
+}
+/* The named barrier of warpgroup wg's 128 threads (barrier 1 + wg; 0 is __syncthreads). */
+static __device__ __forceinline__ void mf_bar_wg(int wg) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+}
+
 /* d (64 × 64 fp32, the warpgroup's fragments) (+)= A·B, A (64 × 16) and B (16 × 64) in
  * shared memory (descriptors); B is K-major (TB = 0: B stored as 64 rows of k) or
  * MN-major (TB = 1: 16 rows of 64 n); A is K-major (TA = 0) or MN-major (TA = 1: 16 rows
