@@ -26,8 +26,8 @@
  * buffered by cp.async: the T tile arrives as it lies in HBM, one 128-byte line of 64 rows
  * per channel, chunks swizzled by the channel — which is the MN-major A operand layout of
  * wgmma (mf_wg_desc_mn: rows of the operand are k = channels). The LayerNorm runs on that
- * tile in place (thread = one row × 64 channels, the row's values in registers, the two
- * halves' sums added across a lane pair in a fixed order), then 8 × wgmma m64n128k16
+ * tile in place (16-byte chunks of 8 rows in registers, each row's sums over its channels
+ * by a warp butterfly in a fixed order: to_layernorm16), then 8 × wgmma m64n128k16
  * with A MN-major; the accumulators are staged in fp32 in the consumed tile (two halves of
  * 64 columns) and the epilogue reads them back 8 consecutive columns per thread, so that
  * the stores (out; dgl, du) are coalesced 16-byte pieces, and the row-major operands (sg
@@ -137,48 +137,61 @@ static __device__ __forceinline__ void to_load_e(unsigned char *e, const to_para
   }
 }
 
-/* The LayerNorm of the T tile in place: x̂ = (t − μ)·rstd·γ + β in bf16, thread = row r,
- * channels 64·hf .. (the two halves of a row on adjacent lanes); μ, rstd computed
- * (TRI_FWD: two passes over the row in registers, the halves' sums added by one shuffle,
- * half 0 + half 1 on both lanes; written to mean, rstd) or read (TRI_BWD). */
-template <int MODE>
-static __device__ __forceinline__ void to_layernorm(unsigned char *tile, const to_params &p,
-                                                    const float *gb, int64_t m0, int rows, int r,
-                                                    int hf) {
-  float x[64];
+/* TRI_FWD's LayerNorm of the T tile in place, x̂ = (t − μ)·rstd·γ + β in bf16, 16 bytes at
+ * a time: lane l of warp wl takes the 16-byte chunk j = 2·wl + l % 2 (rows 8j .. 8j + 7) of
+ * the channel lines l/2 + 16i, i < 8, and keeps the 8 chunks in registers; each row's sums
+ * over the 128 channels (the mean, then Σ (t − μ)²) are the lane's 8 lines, then the 16
+ * lanes of equal j by an xor butterfly (the same value on every lane); lanes 0 and 1 write
+ * μ, rstd of rows < rows. It replaced a thread per row half reading and writing its 64
+ * values 2 bytes at a time, about half of the kernel's stall samples (ncu, N = 768,
+ * 2026-11-30). Rows past the range are computed from whatever the tile's unused lines hold
+ * (never stored). */
+static __device__ __forceinline__ void to_layernorm16(unsigned char *tile, const to_params &p,
+                                                      const float *gb, int64_t m0, int rows,
+                                                      int tid) {
+  const int lane = tid & 31, j = 2 * (tid >> 5) + (lane & 1), lg = lane >> 1;
+  uint4 v[8];
 #pragma unroll
-  for (int k = 0; k < 64; k++) {
-    const int c = 64 * hf + k;
-    x[k] = mf_bf16_to_f32(*(const bf16 *)(tile + c * 128 + ((((r >> 3) ^ c) & 7) << 4) + (r & 7) * 2));
+  for (int i = 0; i < 8; i++) {
+    const int c = lg + 16 * i;
+    v[i] = *(const uint4 *)(tile + c * 128 + (((j ^ c) & 7) << 4));
   }
-  float mu = 0.0f, rs = 0.0f;
-  if constexpr (MODE == TO_TRI_FWD) {
+  float mu[8], rs[8];
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
     float sum = 0.0f;
 #pragma unroll
-    for (int k = 0; k < 64; k++) sum += x[k];
-    const float so = __shfl_xor_sync(0xffffffffu, sum, 1);
-    mu = (hf ? so + sum : sum + so) * (1.0f / TO_C);
+    for (int i = 0; i < 8; i++) sum += mf_bf16_to_f32(((const bf16 *)&v[i])[k]);
+#pragma unroll
+    for (int o = 2; o < 32; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    mu[k] = sum * (1.0f / TO_C);
     float q = 0.0f;
 #pragma unroll
-    for (int k = 0; k < 64; k++) {
-      const float dv = x[k] - mu;
+    for (int i = 0; i < 8; i++) {
+      const float dv = mf_bf16_to_f32(((const bf16 *)&v[i])[k]) - mu[k];
       q += dv * dv;
     }
-    const float qo = __shfl_xor_sync(0xffffffffu, q, 1);
-    rs = 1.0f / sqrtf((hf ? qo + q : q + qo) * (1.0f / TO_C) + (float)MF_LN_EPS);
-    if (hf == 0 && r < rows) {
-      p.mean[m0 + r] = mu;
-      p.rstd[m0 + r] = rs;
-    }
-  } else if (r < rows) {
-    mu = p.mean[m0 + r];
-    rs = p.rstd[m0 + r];
-  }
 #pragma unroll
-  for (int k = 0; k < 64; k++) {
-    const int c = 64 * hf + k;
-    *(bf16 *)(tile + c * 128 + ((((r >> 3) ^ c) & 7) << 4) + (r & 7) * 2) =
-        mf_f32_to_bf16((x[k] - mu) * rs * gb[c] + gb[TO_C + c]);
+    for (int o = 2; o < 32; o <<= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+    rs[k] = 1.0f / sqrtf(q * (1.0f / TO_C) + (float)MF_LN_EPS);
+  }
+  if (lg == 0)
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      const int r = 8 * j + k;
+      if (r < rows) {
+        p.mean[m0 + r] = mu[k];
+        p.rstd[m0 + r] = rs[k];
+      }
+    }
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    const int c = lg + 16 * i;
+    bf16 *x = (bf16 *)&v[i];
+    const float g = gb[c], b = gb[TO_C + c];
+#pragma unroll
+    for (int k = 0; k < 8; k++) x[k] = mf_f32_to_bf16((mf_bf16_to_f32(x[k]) - mu[k]) * rs[k] * g + b);
+    *(uint4 *)(tile + c * 128 + (((j ^ c) & 7) << 4)) = v[i];
   }
 }
 
@@ -312,7 +325,6 @@ static __global__ void __launch_bounds__(128 * TO_NWG, 1) out_proj_wg_kernel(con
   __syncthreads(); /* W, γ, β visible to all; from here on each warpgroup runs alone */
 
   const uint32_t w_u = mf_smem_u32(ws);
-  const int r = tid >> 1, hf = tid & 1; /* LayerNorm: row r, channels 64·hf .. 64·hf + 63 */
   int buf = 0;
   for (int64_t s = s0; s < nsub; s += stride, buf ^= 1) {
     const int64_t r0 = s * TO_SUB, m0 = p.m_base + r0;
@@ -328,7 +340,7 @@ static __global__ void __launch_bounds__(128 * TO_NWG, 1) out_proj_wg_kernel(con
       mf_fence_proxy_async();
       to_bar_wg(wg); /* x̂ ready for wgmma (and for to_store_y) */
     } else if constexpr (MODE != TO_PLAIN) {
-      to_layernorm<MODE>(tile, p, gb, m0, rows, r, hf);
+      to_layernorm16(tile, p, gb, m0, rows, tid);
       mf_fence_proxy_async();
       to_bar_wg(wg); /* x̂ ready for wgmma (and for to_store_y) */
     }
