@@ -169,7 +169,7 @@ static __device__ __forceinline__ void gl_tile_end(const gl_params &p, unsigned 
                     p.dinp ? p.dinp + m0 * C : NULL, p.add, vg, vb);
   if (p.dinp) {
     const int tid = (int)(threadIdx.x & 127), nr = rows - wg * 64;
-    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); /* the group's rows staged */
+    mf_bar_wg(wg); /* the group's rows staged */
     lg_store_block64(p.dinp + (m0 + wg * 64) * C, C, xr + wg * 64 * 128, nr, tid);
     lg_store_block64(p.dinp + (m0 + wg * 64) * C + 64, C, xr + LG_BM * 128 + wg * 64 * 128, nr, tid);
   }

@@ -137,10 +137,6 @@ static __device__ __forceinline__ void lgb_cp16(uint32_t dst, const void *src, i
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes));
 }
-static __device__ __forceinline__ uint32_t lgb_pack(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *(uint32_t *)&v;
-}
 template <bool FAST>
 static __device__ __forceinline__ float lgb_sigmoid(float x) {
   if constexpr (FAST) return mf_sigmoidf_fast(x);
@@ -166,7 +162,7 @@ static __device__ __forceinline__ uint32_t lgb_ln_dx(float2 x, float mu, float r
   const float x0 = (x.x - mu) * rs, x1 = (x.y - mu) * rs;
   const float v0 = rs * (d0 * g0 - sg - x0 * sgx) + o.x;
   const float v1 = rs * (d1 * g1 - sg - x1 * sgx) + o.y;
-  return lgb_pack(v0, v1);
+  return mf_pack_bf16x2(v0, v1);
 }
 /* a, b, c, d each summed over the lanes whose index differs in the bits FROM .. TO/2
  * (xor butterfly, offsets FROM, 2·FROM, .. < TO) */
@@ -359,7 +355,7 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
         }
         uint32_t pk[V / 2];
 #pragma unroll
-        for (int i = 0; i < V / 2; i++) pk[i] = lgb_pack(o[2 * i], o[2 * i + 1]);
+        for (int i = 0; i < V / 2; i++) pk[i] = mf_pack_bf16x2(o[2 * i], o[2 * i + 1]);
         if constexpr (V == 4) {
           const uint2 u = make_uint2(pk[0], pk[1]);
           *(uint2 *)(sy + r * K::LDY + lane * V) = u;
@@ -495,13 +491,13 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
                   v[e] = d * x * s * (1.0f - s);
                 }
               }
-              ua[m][n][h] = lgb_pack(u[0], u[1]);
-              ub[m][n][h] = lgb_pack(v[0], v[1]);
+              ua[m][n][h] = mf_pack_bf16x2(u[0], u[1]);
+              ub[m][n][h] = mf_pack_bf16x2(v[0], v[1]);
               if constexpr (K::STG) {
                 uint32_t *row = (uint32_t *)(sstg + (g + 8 * h) * K::LDS + n * 8 + 2 * t);
                 row[0] = ua[m][n][h];
                 row[LGB_BN / 2] = ub[m][n][h];
-                if (KIND == MF_LGB_SWIGLU) row[LGB_BN] = lgb_pack(hh[0], hh[1]);
+                if (KIND == MF_LGB_SWIGLU) row[LGB_BN] = mf_pack_bf16x2(hh[0], hh[1]);
                 continue;
               }
               const int64_t r = r0 + wr + 16 * m + g + 8 * h;
@@ -512,7 +508,7 @@ static __global__ void __launch_bounds__(WARPS * 32, MINB)
                   *(uint32_t *)(p.s1 + r * 2 * O + O + c) = ub[m][n][h];
                 }
                 if (KIND == MF_LGB_SWIGLU && p.s2)
-                  *(uint32_t *)(p.s2 + r * O + c) = lgb_pack(hh[0], hh[1]);
+                  *(uint32_t *)(p.s2 + r * O + c) = mf_pack_bf16x2(hh[0], hh[1]);
               }
             }
           }

@@ -130,10 +130,6 @@ static __device__ __forceinline__ void tb_load_tile(unsigned char *xs, unsigned 
   }
 }
 
-static __device__ __forceinline__ void tb_bar_wg(int wg) { /* the 128 threads of warpgroup wg */
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-}
-
 /* The A fragments fr[k0 .. k0 + 3] (64 rows × 64 columns of the warpgroup, bf16 pairs)
  * into a swizzled staging block: fragment (nt / 2, 2·(nt & 1) + h) is row rl + 8·h,
  * columns 8·nt + 2·t4 + {0, 1}. */
@@ -144,11 +140,6 @@ static __device__ __forceinline__ void tb_stage_frags(unsigned char *blk, const 
 #pragma unroll
     for (int h = 0; h < 2; h++)
       *(uint32_t *)(blk + mf_sw128(rl + 8 * h, 8 * nt + 2 * t4)) = fr[k0 + nt / 2][2 * (nt & 1) + h];
-}
-
-static __device__ __forceinline__ uint32_t tb_pack(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t *>(&v);
 }
 
 /* O: Hd (SWIGLU) or the gated output width; s1 (M, 2O); s2, dcopy SWIGLU only; mask
@@ -235,8 +226,8 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
 #pragma unroll
         for (int j = 0; j < 4; j++) {
           const float2 xv = __bfloat1622float2(*(const __nv_bfloat162 *)&w[j]);
-          w[j] = ok ? tb_pack((xv.x - mu) * rs * gg[2 * j] + bv[2 * j],
-                              (xv.y - mu) * rs * gg[2 * j + 1] + bv[2 * j + 1])
+          w[j] = ok ? mf_pack_bf16x2((xv.x - mu) * rs * gg[2 * j] + bv[2 * j],
+                                     (xv.y - mu) * rs * gg[2 * j + 1] + bv[2 * j + 1])
                     : 0u;
         }
         *(uint4 *)(ya + off) = u;
@@ -342,13 +333,13 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
             hv[e] = 0.0f;
           }
         }
-        fr[nt / 2][2 * (nt & 1)] = tb_pack(d1v[0], d1v[1]);
-        fr[nt / 2][2 * (nt & 1) + 1] = tb_pack(d1v[2], d1v[3]);
-        fr[4 + nt / 2][2 * (nt & 1)] = tb_pack(d2v[0], d2v[1]);
-        fr[4 + nt / 2][2 * (nt & 1) + 1] = tb_pack(d2v[2], d2v[3]);
+        fr[nt / 2][2 * (nt & 1)] = mf_pack_bf16x2(d1v[0], d1v[1]);
+        fr[nt / 2][2 * (nt & 1) + 1] = mf_pack_bf16x2(d1v[2], d1v[3]);
+        fr[4 + nt / 2][2 * (nt & 1)] = mf_pack_bf16x2(d2v[0], d2v[1]);
+        fr[4 + nt / 2][2 * (nt & 1) + 1] = mf_pack_bf16x2(d2v[2], d2v[3]);
         if (SW && s2) {
-          *(uint32_t *)(stg + mf_sw128(rl, 8 * nt + 2 * t4)) = tb_pack(hv[0], hv[1]);
-          *(uint32_t *)(stg + mf_sw128(rl + 8, 8 * nt + 2 * t4)) = tb_pack(hv[2], hv[3]);
+          *(uint32_t *)(stg + mf_sw128(rl, 8 * nt + 2 * t4)) = mf_pack_bf16x2(hv[0], hv[1]);
+          *(uint32_t *)(stg + mf_sw128(rl + 8, 8 * nt + 2 * t4)) = mf_pack_bf16x2(hv[2], hv[3]);
         }
       }
       if (!SW && j + 1 == nch) {
@@ -366,13 +357,13 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
         const int tid = (int)(threadIdx.x & 127), nr = rows - wg * 64;
         const int64_t r0 = m0 + wg * 64;
         if (s1) tb_stage_frags(stg + 8192, fr, 0, rl, t4);
-        tb_bar_wg(wg);
+        mf_bar_wg(wg);
         if (SW && s2) lg_store_block64(s2 + r0 * Hd + jc * TB_HC, Hd, stg, nr, tid);
         if (s1) {
           lg_store_block64(s1 + r0 * 2 * Hd + jc * TB_HC, 2 * Hd, stg + 8192, nr, tid);
-          tb_bar_wg(wg); /* block 0 read */
+          mf_bar_wg(wg); /* block 0 read */
           tb_stage_frags(stg, fr, 4, rl, t4);
-          tb_bar_wg(wg);
+          mf_bar_wg(wg);
           lg_store_block64(s1 + r0 * 2 * Hd + Hd + jc * TB_HC, 2 * Hd, stg, nr, tid);
         }
       }
@@ -392,13 +383,13 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
      * from the tile's raw rows in xr); vg, vb: this thread's column terms dy⊙x̂ and dy
      * summed over its two rows */
     unsigned char *stg = sm + L::stg + wg * L::STG; /* stages dinp: two 64-column blocks */
-    if (dinp) tb_bar_wg(wg); /* the group's last stores from stg are done */
+    if (dinp) mf_bar_wg(wg); /* the group's last stores from stg are done */
     float vg[C / 4], vb[C / 4];
     lg_ln_bwd_rows<C>(acc, xr, st + 2 * LG_BM, bmu, brs, ra, rows, t4, dinp ? stg : NULL, 8192, wg * 64,
                       dinp ? dinp + m0 * C : NULL, add, vg, vb);
     if (dinp) {
       const int tid = (int)(threadIdx.x & 127), nr = rows - wg * 64;
-      tb_bar_wg(wg); /* dinp staged */
+      mf_bar_wg(wg); /* dinp staged */
       lg_store_block64(dinp + (m0 + wg * 64) * C, C, stg, nr, tid);
       lg_store_block64(dinp + (m0 + wg * 64) * C + 64, C, stg + 8192, nr, tid);
     }

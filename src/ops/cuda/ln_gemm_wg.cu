@@ -108,9 +108,6 @@ static int lw_nwg(int C, int O, int epi) {
              : 2;
 }
 
-static __device__ __forceinline__ void lw_bar_wg(int wg) { /* the 128 threads of warpgroup wg */
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-}
 /* cp.async.wait_group with a run-time count n ≤ LW_MAXBUF of pending groups left. */
 static __device__ __forceinline__ void lw_wait_pending(int n) {
   if (n >= 4) mf_cp_async_wait<4>();
@@ -157,14 +154,14 @@ static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, unsigned 
   mf_wg_commit();
   mf_wg_wait<0>();
   mf_wg_pin(d);
-  if (!first) lw_bar_wg(wg); /* the previous pass's stores have read os (epilogue 4: and ds) */
+  if (!first) mf_bar_wg(wg); /* the previous pass's stores have read os (epilogue 4: and ds) */
   if constexpr (EPI == 4) { /* the dcm tile transposed: column c's 64 rows at c·128, chunks swizzled */
 #pragma unroll
     for (int q = 0; q < 4; q++) {
       const int idx = (int)(threadIdx.x & 127) + q * 128, c = idx >> 3, j = idx & 7;
       *(uint4 *)(ds + c * 128 + (((j ^ c) & 7) << 4)) = dv[q];
     }
-    lw_bar_wg(wg);
+    mf_bar_wg(wg);
   }
 
   /* accumulator layout: d[4i + 2hh + e] = (row 16·wl + lane/4 + 8·hh,
@@ -219,7 +216,7 @@ static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, unsigned 
       }
     }
   }
-  lw_bar_wg(wg);
+  mf_bar_wg(wg);
   if constexpr (CM) { /* 8 threads per column: its 64 rows as one 128-byte line */
 #pragma unroll 4
     for (int i = 0; i < NO * 8 / 128; i++) {
@@ -313,11 +310,11 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
     const int rows = (int)(M - m0 < LW_SUB ? M - m0 : LW_SUB);
     bf16 *xb = xs + buf * R * C;
     lw_wait_pending(nbuf - 1); /* this subtile's group */
-    lw_bar_wg(wg);             /* its rows visible; the previous subtile's stores done with os */
+    mf_bar_wg(wg);             /* its rows visible; the previous subtile's stores done with os */
     /* rows 64·wg.. of the R-row layouts: warp index 4·wg + wl, row base m0 − 64·wg */
     lg_ln_tile_v<C, R>((bf16 *)xa, xb, mean, rstd, m0 - wg * LW_SUB, M, g, bb, mode, warp, lane);
     mf_fence_proxy_async();
-    lw_bar_wg(wg); /* x̂ ready for wgmma; xb free */
+    mf_bar_wg(wg); /* x̂ ready for wgmma; xb free */
     lg_load_tile<C>(xb + wg * LW_SUB * C, x, s + nbuf * stride, nsub, M, LW_SUB, tid);
     mf_cp_async_commit();
     if (++buf == nbuf) buf = 0;

@@ -131,10 +131,6 @@ static __device__ __forceinline__ void lw_load(unsigned char *xs, unsigned char 
   }
 }
 
-static __device__ __forceinline__ void lw_bar_wg(int wg) { /* the 128 threads of warpgroup wg */
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-}
-
 template <int O>
 static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_params p) {
   typedef lw_layout<O> L;
@@ -295,7 +291,7 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
           *pb = __floats2bfloat162_rn(rsb * (dy[4 * i + 2] * g0 - sgb - xb0 * sgxb),
                                       rsb * (dy[4 * i + 3] * g1 - sgb - xb1 * sgxb));
         }
-        lw_bar_wg(wg);
+        mf_bar_wg(wg);
 #pragma unroll 4
         for (int i = 0; i < 64 * (C / 8) / 128; i++) {
           const int idx = (tid & 127) + i * 128, r = wg * 64 + idx / (C / 8), ch = idx % (C / 8);

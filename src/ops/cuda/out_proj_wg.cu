@@ -87,10 +87,6 @@ typedef struct {
   int64_t m_base, rows;
 } to_params;
 
-static __device__ __forceinline__ void to_bar_wg(int wg) { /* the 128 threads of warpgroup wg */
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-}
-
 /* Subtile s (rows m0 = m_base + 64·s ..) into tile, nothing for s ≥ nsub; rows past the
  * range skipped. PLAIN: the rows of o as the K-major A operand, block k/64 of 64 rows ×
  * 128 B (mf_sw128_chunk). Else the T lines: channel c's 64 rows at c·128, 16-byte chunk j
@@ -332,17 +328,17 @@ static __global__ void __launch_bounds__(128 * TO_NWG, 1) out_proj_wg_kernel(con
     unsigned char *tile = tw + buf * TO_TILE;
     mf_cp_async_wait<1>(); /* this subtile's group (the next one may be in flight) */
     mf_fence_proxy_async(); /* its cp.async writes before wgmma reads them (PLAIN) */
-    to_bar_wg(wg);
+    mf_bar_wg(wg);
     to_load_e<MODE>(te, p, s, nsub, tid); /* the epilogue's operands (E free since the last one) */
     mf_cp_async_commit();
     if constexpr (MODE == TO_TRI_BWD) {
       to_layernorm_saved16(tile, p, gb, m0, rows, tid);
       mf_fence_proxy_async();
-      to_bar_wg(wg); /* x̂ ready for wgmma (and for to_store_y) */
+      mf_bar_wg(wg); /* x̂ ready for wgmma (and for to_store_y) */
     } else if constexpr (MODE != TO_PLAIN) {
       to_layernorm16(tile, p, gb, m0, rows, tid);
       mf_fence_proxy_async();
-      to_bar_wg(wg); /* x̂ ready for wgmma (and for to_store_y) */
+      mf_bar_wg(wg); /* x̂ ready for wgmma (and for to_store_y) */
     }
 
     /* u (64 × 128) = A·Wᵀ: A MN-major (the T tile: k16 step = 16 channel lines) or K-major
@@ -361,7 +357,7 @@ static __global__ void __launch_bounds__(128 * TO_NWG, 1) out_proj_wg_kernel(con
     mf_wg_wait<0>();
     mf_wg_pin(d);
     mf_cp_async_wait<0>(); /* E landed */
-    to_bar_wg(wg); /* every warp's wgmma (and y's reads) done with the tile: it stages u now */
+    mf_bar_wg(wg); /* every warp's wgmma (and y's reads) done with the tile: it stages u now */
 
     /* epilogue, per half of the columns: the fragments d[4i + 2hh + e] = (row 16·wl +
      * lane/4 + 8·hh, column 8i + 2·(lane % 4) + e) staged in fp32 in the tile, then each
@@ -376,7 +372,7 @@ static __global__ void __launch_bounds__(128 * TO_NWG, 1) out_proj_wg_kernel(con
           *(float2 *)(tile + to_st_off(rl, 8 * i - 64 * h + 2 * (lane & 3))) =
               make_float2(d[4 * i + 2 * hh], d[4 * i + 2 * hh + 1]);
       }
-      to_bar_wg(wg);
+      mf_bar_wg(wg);
 #pragma unroll
       for (int it = 0; it < TO_SUB * 8 / 128; it++) {
         const int idx = tid + it * 128, rl = idx >> 3, cg = idx & 7;
@@ -387,7 +383,7 @@ static __global__ void __launch_bounds__(128 * TO_NWG, 1) out_proj_wg_kernel(con
           to_epilogue8<MODE>(p, u, m0 + rl, r0 + rl, 64 * h + 8 * cg, te, rl);
         }
       }
-      to_bar_wg(wg); /* the staging and E read before they are rewritten (next half, refills) */
+      mf_bar_wg(wg); /* the staging and E read before they are rewritten (next half, refills) */
     }
     to_load<MODE>(tile, p, s + 2 * stride, nsub, tid);
     mf_cp_async_commit();

@@ -99,11 +99,6 @@ struct tc_params {
   int Hd, mode, add;
 };
 
-static __device__ __forceinline__ uint32_t tc_pack(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t *>(&v);
-}
-
 /* Register budgets per warpgroup (setmaxnreg; the launch gives each thread 168): B holds
  * 128 accumulators for the whole run next to the x̂ pass and takes 200, C (64
  * accumulators) gives up to 136, A keeps 168: 168 + 200 + 136 = 504 = 65536 / 128. */
@@ -251,13 +246,13 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
           dbv[e] = d * si;
           dav[e] = d * b * sg * (1.0f + a * (1.0f - sg));
         }
-        fr[nt / 2][2 * (nt & 1)] = tc_pack(dav[0], dav[1]);
-        fr[nt / 2][2 * (nt & 1) + 1] = tc_pack(dav[2], dav[3]);
-        fr[4 + nt / 2][2 * (nt & 1)] = tc_pack(dbv[0], dbv[1]);
-        fr[4 + nt / 2][2 * (nt & 1) + 1] = tc_pack(dbv[2], dbv[3]);
+        fr[nt / 2][2 * (nt & 1)] = mf_pack_bf16x2(dav[0], dav[1]);
+        fr[nt / 2][2 * (nt & 1) + 1] = mf_pack_bf16x2(dav[2], dav[3]);
+        fr[4 + nt / 2][2 * (nt & 1)] = mf_pack_bf16x2(dbv[0], dbv[1]);
+        fr[4 + nt / 2][2 * (nt & 1) + 1] = mf_pack_bf16x2(dbv[2], dbv[3]);
         const uint32_t o0 = mf_sw128(rl, 8 * nt + 2 * t4), o1 = mf_sw128(rl + 8, 8 * nt + 2 * t4);
-        *(uint32_t *)(hh + o0) = tc_pack(hv[0], hv[1]);
-        *(uint32_t *)(hh + o1) = tc_pack(hv[2], hv[3]);
+        *(uint32_t *)(hh + o0) = mf_pack_bf16x2(hv[0], hv[1]);
+        *(uint32_t *)(hh + o1) = mf_pack_bf16x2(hv[2], hv[3]);
         *(uint32_t *)(dd + o0) = fr[nt / 2][2 * (nt & 1)];
         *(uint32_t *)(dd + o1) = fr[nt / 2][2 * (nt & 1) + 1];
         *(uint32_t *)(dd + L::BLK + o0) = fr[4 + nt / 2][2 * (nt & 1)];
@@ -316,7 +311,7 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const float2 f = __bfloat1622float2(h2[e]);
-          o32[e] = tc_pack((f.x - mu) * rs * gx[2 * e] + bx[2 * e], (f.y - mu) * rs * gx[2 * e + 1] + bx[2 * e + 1]);
+          o32[e] = mf_pack_bf16x2((f.x - mu) * rs * gx[2 * e] + bx[2 * e], (f.y - mu) * rs * gx[2 * e + 1] + bx[2 * e + 1]);
         }
         *(uint4 *)(xr + off) = o;
       }
@@ -473,8 +468,8 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
             d[2] += o23.x;
             d[3] += o23.y;
           }
-          *(uint32_t *)(p.dinp + row * TC_C + c0) = tc_pack(d[0], d[1]);
-          *(uint32_t *)(p.dinp + row * TC_C + c0 + 8) = tc_pack(d[2], d[3]);
+          *(uint32_t *)(p.dinp + row * TC_C + c0) = mf_pack_bf16x2(d[0], d[1]);
+          *(uint32_t *)(p.dinp + row * TC_C + c0 + 8) = mf_pack_bf16x2(d[2], d[3]);
         }
 #pragma unroll
         for (int e = 0; e < 4; e++) {

@@ -62,15 +62,6 @@ static __device__ __forceinline__ void tw_load_w(unsigned char *wab, unsigned ch
   }
 }
 
-static __device__ __forceinline__ uint32_t tw_pack(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t *>(&v);
-}
-
-static __device__ __forceinline__ void tw_bar_wg(int wg) { /* the 128 threads of warpgroup wg */
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-}
-
 static __global__ void __launch_bounds__(TW_THREADS, 1)
 transition_wg_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__ rstd,
                      const bf16 *x, const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
@@ -148,8 +139,8 @@ transition_wg_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__ rs
             const float a = ab[4 * nt + e];
             hv[e] = a * mf_sigmoidf_fast(a) * ab[4 * (nt + 8) + e];
           }
-          hf[kk][2 * hh] = tw_pack(hv[0], hv[1]);     /* rows l/4, k 8·hh + 2·(l%4) */
-          hf[kk][2 * hh + 1] = tw_pack(hv[2], hv[3]); /* rows l/4 + 8 */
+          hf[kk][2 * hh] = mf_pack_bf16x2(hv[0], hv[1]);     /* rows l/4, k 8·hh + 2·(l%4) */
+          hf[kk][2 * hh + 1] = mf_pack_bf16x2(hv[2], hv[3]); /* rows l/4 + 8 */
         }
 
       /* out_acc += h_j·W_o[:, j]ᵀ */
@@ -176,7 +167,7 @@ transition_wg_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__ rs
         }
         *p = __floats2bfloat162_rn(v0, v1);
       }
-    tw_bar_wg(wg);
+    mf_bar_wg(wg);
 #pragma unroll
     for (int i = 0; i < 64 * (C / 8) / 128; i++) {
       const int idx = (int)(threadIdx.x & 127) + i * 128;
