@@ -12,10 +12,11 @@
  * 64j .. 64j + 63 (rows j·64.. of W_a and of W_b, columns j·64.. of W_o, resident in shared
  * memory) and rows j·64/S .. of every tile for the LayerNorm backward. Three warpgroups:
  *   WG A: [a | b] = x̂·W_ab,jᵀ (64 × 128) and dh = dout·W_o[:, j] (64 × 64), wgmma from
- *         shared memory; h = silu(a)·b, da, db (bf16) into shared memory and, as A
- *         fragments, dx̂_j = [da | db]·W_ab,j in two 64-column halves; each half goes by
- *         st.async to the rows' owners while the next is formed (16-byte stores laid out
- *         so that a warp's store covers 512 contiguous bytes: tc_slot);
+ *         shared memory; then, in two halves of the hidden chunk, h = silu(a)·b, da, db
+ *         (bf16) into shared memory and, as A fragments, dx̂_j = [da | db]·W_ab,j — the
+ *         first half's products run while the second half's SwiGLU backward does; dx̂_j's
+ *         columns 0..63 go by st.async to the rows' owners while 64..127 form (16-byte
+ *         stores laid out so that a warp's store covers 512 contiguous bytes: tc_slot);
  *   WG B: x̂ = LN(x) over the raw rows in place, two tiles ahead (γ, β from shared
  *         memory), and dW_ab,j (128 × 128 fp32, registers for the whole run) += [da | db]ᵀ·x̂,
  *         both operands read MN-major from shared memory;
@@ -25,7 +26,7 @@
  *         runs the LayerNorm backward (x and the old dinp prefetched from L2 while its
  *         products run) and writes (or adds into) dinp, with its dγ/dβ column sums in
  *         registers.
- * setmaxnreg gives B's 128 accumulators room (tc_regs_*). Barriers: per stage full (TMA),
+ * setmaxnreg gives B's 128 accumulators and A's tile room (tc_regs_*). Barriers: per stage full (TMA),
  * x̂ ready, empty (all 384 threads); hidden ready / hidden free for the one h, [da | db]
  * buffer; per CTA recv-full (32 KB of st.async transactions) and peer-free (S remote
  * arrivals, relaxed: every owner has read its buffer, so the next tile's partials may
@@ -34,10 +35,13 @@
  * Every sum has a fixed order: two runs are bit-identical. Numerics as ln_gemm_bwd_wg.cu:
  * x̂, h and [da | db] are rounded to bf16 where the tensor cores read them; the GEMM
  * outputs, dh and dx̂ are fp32.
- * Measured (H200, 2026-11-30, bench/evofusion, M = N², C = 128, Hd = 512): 1.80 ms at
- * N = 768 and 0.48 ms at N = 384 against 2.18 / 0.61 for ln_gemm_bwd_wg.cu + cuBLAS. What
- * bounds it is the exchange: each CTA's 32 KB of partials per tile leave by st.async at
- * ≈ 40 GB/s per SM (dev/cuda/README.md step 21).
+ * Measured (H200, 2026-11-30, bench/evofusion, M = N², C = 128, Hd = 512): 1.57 ms at
+ * N = 768 and 0.42 ms at N = 384 (1.80 / 0.48 before the hidden halves, the shared-space
+ * pointer and the register budgets; 2.18 / 0.61 for ln_gemm_bwd_wg.cu + cuBLAS). ncu of
+ * an intermediate version: L1 / shared-memory throughput 74 %, SM throughput 37 %, the
+ * products ≈ 40 % of the cycles at the tensor cores' peak; A, the critical warpgroup,
+ * spends its time issuing products behind B's and C's, in the SwiGLU backward and in the
+ * sends (dev/cuda/README.md steps 21 and 23).
  * Written by hand for the reason wgmma_ptx.cuh gives (no CUTLASS). */
 #include "transition_bwd_cl_cuda.h"
 
@@ -100,9 +104,11 @@ struct tc_params {
 };
 
 /* Register budgets per warpgroup (setmaxnreg; the launch gives each thread 168): B holds
- * 128 accumulators for the whole run next to the x̂ pass and takes 200, C (64
- * accumulators) gives up to 136, A keeps 168: 168 + 200 + 136 = 504 = 65536 / 128. */
-static __device__ __forceinline__ void tc_regs_b(void) { asm volatile("setmaxnreg.inc.sync.aligned.u32 200;\n" ::: "memory"); }
+ * 128 accumulators for the whole run next to the x̂ pass and takes 192, A ([a | b], dh,
+ * dx̂_j and the A fragments of one tile) 176, C (64 accumulators) gives up to 136:
+ * 176 + 192 + 136 = 504 = 65536 / 128. */
+static __device__ __forceinline__ void tc_regs_a(void) { asm volatile("setmaxnreg.inc.sync.aligned.u32 176;\n" ::: "memory"); }
+static __device__ __forceinline__ void tc_regs_b(void) { asm volatile("setmaxnreg.inc.sync.aligned.u32 192;\n" ::: "memory"); }
 static __device__ __forceinline__ void tc_regs_c(void) { asm volatile("setmaxnreg.dec.sync.aligned.u32 136;\n" ::: "memory"); }
 
 /* Float offset of row m's 16-byte piece (q, t4) in a source's slot of the receive buffer. */
@@ -138,9 +144,12 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
     tc_kernel(const tc_params p, const __grid_constant__ tc_tmaps tm) {
   typedef tc_layout L;
   constexpr int RPD = TC_BM / S; /* rows of a tile each CTA owns */
-  extern __shared__ unsigned char tc_smem_raw[];
-  unsigned char *sm = (unsigned char *)(((uintptr_t)tc_smem_raw + 1023) & ~(uintptr_t)1023);
-  const uint32_t su = (uint32_t)__cvta_generic_to_shared(sm);
+  extern __shared__ __align__(16) unsigned char tc_smem_raw[];
+  /* 1024-aligned by pointer arithmetic on the shared array itself, so that the compiler
+   * still knows sm points to shared memory (LDS / STS): through an integer round trip
+   * every access was a generic LD / ST. */
+  const uint32_t raw = mf_smem_u32(tc_smem_raw), su = (raw + 1023u) & ~1023u;
+  unsigned char *sm = tc_smem_raw + (su - raw);
   const int tid = (int)threadIdx.x, wg = tid >> 7, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
   const int wl = (tid >> 5) & 3; /* warp within its warpgroup */
   const uint32_t rank = mf_cluster_rank(), cid = mf_cluster_id(), ncl = mf_cluster_count();
@@ -189,6 +198,7 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
 
   if (wg == 0) {
     /* ---------------------------------------------------------------- WG A */
+    tc_regs_a();
     const int rl = wl * 16 + g8; /* rows rl, rl + 8 of the tile */
     const uint32_t dst0 = (uint32_t)(rl / RPD), dst1 = (uint32_t)((rl + 8) / RPD);
     const uint32_t rb0 = mf_mapa(rfull, dst0), rb1 = mf_mapa(rfull, dst1);
@@ -206,6 +216,49 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
       for (int q = 0; q < 4; q++) {
         mf_st_async_v4(ra0 + 512 * (q0 + q), d[8 * q], d[8 * q + 1], d[8 * q + 4], d[8 * q + 5], rb0);
         mf_st_async_v4(ra1 + 512 * (q0 + q), d[8 * q + 2], d[8 * q + 3], d[8 * q + 6], d[8 * q + 7], rb1);
+      }
+    };
+    /* Per tile: [a | b] and dh (one group); then the SwiGLU backward in two halves of the
+     * hidden (channels 0..31 and 32..63 of a and of b), the first half's dx̂_j products
+     * running on the tensor cores while the second half's SwiGLU backward runs; then lo
+     * (dx̂_j columns 0..63) sent while hi forms. wgmma groups complete in order. */
+    uint32_t fr[8][4]; /* [da | db] as A fragments: k16 blocks 0..3 da, 4..7 db (W_ab,j's row order) */
+    /* the SwiGLU backward of hidden half hf: h, da, db (bf16) into shared memory (for B
+     * and C) and into fr */
+    auto swiglu = [&](const float(&ab)[64], const float(&dh)[32], int hf) {
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int nt = 4 * hf + i; /* 8-column group of the hidden chunk */
+        float dav[4], dbv[4], hv[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const float a = ab[4 * nt + e], b = ab[32 + 4 * nt + e], d = dh[4 * nt + e];
+          const float sg = mf_sigmoidf_tanh(a), si = a * sg;
+          hv[e] = si * b;
+          dbv[e] = d * si;
+          dav[e] = d * b * sg * (1.0f + a * (1.0f - sg));
+        }
+        uint32_t *fa = fr[nt / 2], *fb = fr[4 + nt / 2];
+        fa[2 * (nt & 1)] = mf_pack_bf16x2(dav[0], dav[1]);
+        fa[2 * (nt & 1) + 1] = mf_pack_bf16x2(dav[2], dav[3]);
+        fb[2 * (nt & 1)] = mf_pack_bf16x2(dbv[0], dbv[1]);
+        fb[2 * (nt & 1) + 1] = mf_pack_bf16x2(dbv[2], dbv[3]);
+        const uint32_t o0 = mf_sw128(rl, 8 * nt + 2 * t4), o1 = mf_sw128(rl + 8, 8 * nt + 2 * t4);
+        *(uint32_t *)(hh + o0) = mf_pack_bf16x2(hv[0], hv[1]);
+        *(uint32_t *)(hh + o1) = mf_pack_bf16x2(hv[2], hv[3]);
+        *(uint32_t *)(dd + o0) = fa[2 * (nt & 1)];
+        *(uint32_t *)(dd + o1) = fa[2 * (nt & 1) + 1];
+        *(uint32_t *)(dd + L::BLK + o0) = fb[2 * (nt & 1)];
+        *(uint32_t *)(dd + L::BLK + o1) = fb[2 * (nt & 1) + 1];
+      }
+    };
+    /* d (+)= the k16 blocks of hidden half hf (da: 2hf, 2hf + 1; db: 4 + 2hf, 5 + 2hf) of
+     * [da | db]·W_ab,j, columns 64·c .. of dx̂_j (B MN-major) */
+    auto dxhat = [&](float(&d)[32], int hf, int c) {
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int q = (i & 1) + 2 * hf + 4 * (i >> 1);
+        mf_wg_rs_n64<1>(d, fr[q], mf_wg_desc_mn(su + L::wab + c * (128 * 128) + q * 2048, 128 * 128), hf > 0 || i > 0);
       }
     };
     for (int k = 0; k < K; k++) {
@@ -234,47 +287,25 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
       mf_mbar_arrive(empty(s)); /* x̂ and dout of the stage read */
       if (k > 0) mf_mbar_wait(hfree, (uint32_t)((k - 1) & 1)); /* B and C read tile k − 1's h, [da | db] */
 
-      uint32_t fr[8][4]; /* k16 blocks 0..3: da, 4..7: db */
-#pragma unroll
-      for (int nt = 0; nt < 8; nt++) {
-        float dav[4], dbv[4], hv[4];
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const float a = ab[4 * nt + e], b = ab[32 + 4 * nt + e], d = dh[4 * nt + e];
-          const float sg = mf_sigmoidf_tanh(a), si = a * sg;
-          hv[e] = si * b;
-          dbv[e] = d * si;
-          dav[e] = d * b * sg * (1.0f + a * (1.0f - sg));
-        }
-        fr[nt / 2][2 * (nt & 1)] = mf_pack_bf16x2(dav[0], dav[1]);
-        fr[nt / 2][2 * (nt & 1) + 1] = mf_pack_bf16x2(dav[2], dav[3]);
-        fr[4 + nt / 2][2 * (nt & 1)] = mf_pack_bf16x2(dbv[0], dbv[1]);
-        fr[4 + nt / 2][2 * (nt & 1) + 1] = mf_pack_bf16x2(dbv[2], dbv[3]);
-        const uint32_t o0 = mf_sw128(rl, 8 * nt + 2 * t4), o1 = mf_sw128(rl + 8, 8 * nt + 2 * t4);
-        *(uint32_t *)(hh + o0) = mf_pack_bf16x2(hv[0], hv[1]);
-        *(uint32_t *)(hh + o1) = mf_pack_bf16x2(hv[2], hv[3]);
-        *(uint32_t *)(dd + o0) = fr[nt / 2][2 * (nt & 1)];
-        *(uint32_t *)(dd + o1) = fr[nt / 2][2 * (nt & 1) + 1];
-        *(uint32_t *)(dd + L::BLK + o0) = fr[4 + nt / 2][2 * (nt & 1)];
-        *(uint32_t *)(dd + L::BLK + o1) = fr[4 + nt / 2][2 * (nt & 1) + 1];
-      }
+      float lo[32], hi[32]; /* dx̂_j columns 0..63, 64..127 */
+      swiglu(ab, dh, 0);
+      mf_wg_fence();
+      dxhat(lo, 0, 0);
+      dxhat(hi, 0, 1);
+      mf_wg_commit();
+      swiglu(ab, dh, 1);
       mf_fence_proxy_async();
       mf_mbar_arrive(hdb); /* h and [da | db] of tile k written */
-
-      /* dx̂_j = [da | db]·W_ab,j (B MN-major) in two column halves: the first half goes to
-       * the rows' owners while the second is formed */
-      float lo[32], hi[32];
       mf_wg_fence();
-#pragma unroll
-      for (int q = 0; q < 8; q++) mf_wg_rs_n64<1>(lo, fr[q], mf_wg_desc_mn(su + L::wab + q * 2048, 128 * 128), q > 0);
+      dxhat(lo, 1, 0);
       mf_wg_commit();
-#pragma unroll
-      for (int q = 0; q < 8; q++)
-        mf_wg_rs_n64<1>(hi, fr[q], mf_wg_desc_mn(su + L::wab + 128 * 128 + q * 2048, 128 * 128), q > 0);
+      dxhat(hi, 1, 1);
       mf_wg_commit();
       mf_wg_wait<1>();
       mf_wg_pin(lo);
-      if (k > 0) mf_mbar_wait_cluster(pfree, (uint32_t)((k - 1) & 1)); /* the owners read tile k − 1 */
+      /* the owners read tile k − 1. Their arrivals are relaxed (values already used), so an
+       * acquire at cluster scope would order nothing more and cost an L1 invalidation. */
+      if (k > 0) mf_mbar_wait(pfree, (uint32_t)((k - 1) & 1));
       send(lo, 0);
       mf_wg_wait<0>();
       mf_wg_pin(hi);
