@@ -97,9 +97,10 @@ static __device__ __forceinline__ void mf_cluster_sync(void) {
  * completing 16 bytes of transactions on that CTA's barrier rbar (also from mf_mapa).
  * Remote shared memory wants coalesced stores, as global memory does: a warp's 32 lanes
  * writing 512 contiguous bytes ran 2.2× the rate of scattered 8-byte pieces. */
-static __device__ __forceinline__ void mf_st_async_v4(uint32_t raddr, float x, float y, float z, float w, uint32_t rbar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(raddr),
-               "f"(x), "f"(y), "f"(z), "f"(w), "r"(rbar)
+static __device__ __forceinline__ void mf_st_async_v4(uint32_t raddr, uint32_t x, uint32_t y, uint32_t z, uint32_t w,
+                                                      uint32_t rbar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(raddr),
+               "r"(x), "r"(y), "r"(z), "r"(w), "r"(rbar)
                : "memory");
 }
 /* One arrival at cluster scope on the barrier at shared::cluster address rbar, relaxed:

@@ -15,8 +15,9 @@
  *         shared memory; then, in two halves of the hidden chunk, h = silu(a)·b, da, db
  *         (bf16) into shared memory and, as A fragments, dx̂_j = [da | db]·W_ab,j — the
  *         first half's products run while the second half's SwiGLU backward does; dx̂_j's
- *         columns 0..63 go by st.async to the rows' owners while 64..127 form (16-byte
- *         stores laid out so that a warp's store covers 512 contiguous bytes: tc_slot);
+ *         columns 0..63 go by st.async to the rows' owners, rounded to bf16, while
+ *         64..127 form (16-byte stores laid out so that a warp's store covers 512
+ *         contiguous bytes: tc_unit);
  *   WG B: x̂ = LN(x) over the raw rows in place, two tiles ahead (γ, β from shared
  *         memory), and dW_ab,j (128 × 128 fp32, registers for the whole run) += [da | db]ᵀ·x̂,
  *         both operands read MN-major from shared memory;
@@ -28,20 +29,22 @@
  *         registers.
  * setmaxnreg gives B's 128 accumulators and A's tile room (tc_regs_*). Barriers: per stage full (TMA),
  * x̂ ready, empty (all 384 threads); hidden ready / hidden free for the one h, [da | db]
- * buffer; per CTA recv-full (32 KB of st.async transactions) and peer-free (S remote
+ * buffer; per CTA recv-full (16 KB of st.async transactions) and peer-free (S remote
  * arrivals, relaxed: every owner has read its buffer, so the next tile's partials may
  * come). At the end the weight-gradient partials (one per cluster) and the dγ/dβ partials
  * (one per CTA) go to the workspace and small kernels add them up in cluster / CTA order.
- * Every sum has a fixed order: two runs are bit-identical. Numerics as ln_gemm_bwd_wg.cu:
- * x̂, h and [da | db] are rounded to bf16 where the tensor cores read them; the GEMM
- * outputs, dh and dx̂ are fp32.
- * Measured (H200, 2026-11-30, bench/evofusion, M = N², C = 128, Hd = 512): 1.57 ms at
- * N = 768 and 0.42 ms at N = 384 (1.80 / 0.48 before the hidden halves, the shared-space
- * pointer and the register budgets; 2.18 / 0.61 for ln_gemm_bwd_wg.cu + cuBLAS). ncu of
- * an intermediate version: L1 / shared-memory throughput 74 %, SM throughput 37 %, the
- * products ≈ 40 % of the cycles at the tensor cores' peak; A, the critical warpgroup,
- * spends its time issuing products behind B's and C's, in the SwiGLU backward and in the
- * sends (dev/cuda/README.md steps 21 and 23).
+ * Every sum has a fixed order: two runs are bit-identical. Numerics as ln_gemm_bwd_wg.cu
+ * (x̂, h and [da | db] are rounded to bf16 where the tensor cores read them; the GEMM
+ * outputs and dh are fp32) but for dx̂: each CTA's partial dx̂_j is fp32 in its registers
+ * and crosses the cluster rounded to bf16, and the owner sums the S partials in fp32 —
+ * the tensor-parallel reduction that Megatron-style training also does in the compute
+ * type; it halves the exchange that bounded the kernel (README step 24).
+ * Measured (H200, 2026-11-30, bench/evofusion, M = N², C = 128, Hd = 512): 1.36–1.37 ms
+ * at N = 768 and 0.36 ms at N = 384 (1.57–1.68 / 0.42–0.44 with the partials in fp32,
+ * 1.80 / 0.48 before the hidden halves, the shared-space pointer and the register
+ * budgets; 2.18 / 0.61 for ln_gemm_bwd_wg.cu + cuBLAS). With no exchange at all (wrong
+ * results, timing only) it took 1.25 ms: the remote stores, not the products, were what
+ * A waited on (dev/cuda/README.md steps 21, 23 and 24).
  * Written by hand for the reason wgmma_ptx.cuh gives (no CUTLASS). */
 #include "transition_bwd_cl_cuda.h"
 
@@ -67,8 +70,8 @@
  *        place by x̂; dy dout (TMA, the same);
  *   hh:  h (64 rows × 64 hidden), dd: [da | db] (two blocks) — one buffer: B and C read
  *        them long before A writes the next tile's;
- *   recv: the S partial dx̂ slices of the owned rows, S slots of (64/S)·C fp32 in the
- *         senders' order (tc_slot);
+ *   recv: the S partial dx̂ slices of the owned rows, S slots of (64/S)·C bf16 in the
+ *         senders' order (tc_unit);
  *   st:   per stage mean (64) and rstd (64) fp32 (TMA);
  *   gb:   γ and β fp32 (1 where the mode has no γ, 0 where no β);
  *   bar:  the mbarriers. */
@@ -78,7 +81,7 @@ struct tc_layout {
   static constexpr int BLK = TC_BM * 128; /* one 64-column block of a tile */
   static constexpr int xr = 0, dy = 2 * BLK, STAGE = 4 * BLK;
   static constexpr int wab = 0, wo = WAB, stage = wo + WO, hh = stage + TC_NS * STAGE, dd = hh + BLK;
-  static constexpr int recv = dd + 2 * BLK, RECV = TC_BM * TC_C * 4;
+  static constexpr int recv = dd + 2 * BLK, RECV = TC_BM * TC_C * 2; /* bf16 partials */
   static constexpr int st = recv + RECV, ST = 2 * TC_BM * 4, gb = st + TC_NS * ST, bar = gb + 2 * TC_C * 4;
   static constexpr int NBAR = 3 * TC_NS + 4; /* full, xh, empty per stage; hd, hfree, rfull, pfree */
   static constexpr int bytes = bar + NBAR * 8 + 1024;
@@ -111,9 +114,12 @@ static __device__ __forceinline__ void tc_regs_a(void) { asm volatile("setmaxnre
 static __device__ __forceinline__ void tc_regs_b(void) { asm volatile("setmaxnreg.inc.sync.aligned.u32 192;\n" ::: "memory"); }
 static __device__ __forceinline__ void tc_regs_c(void) { asm volatile("setmaxnreg.dec.sync.aligned.u32 136;\n" ::: "memory"); }
 
-/* Float offset of row m's 16-byte piece (q, t4) in a source's slot of the receive buffer. */
-static __device__ __forceinline__ int tc_slot(int m, int q, int t4) {
-  return ((m >> 3) * 8 + q) * 128 + (m & 7) * 16 + t4 * 4;
+/* Byte offset, in a source's slot of the receive buffer (RPD rows × C bf16), of row m's
+ * 16-byte unit (qq, t4): the pieces q = 2qq and 2qq + 1 of lane t4, a piece (q, t4) being
+ * the columns 16q + 2·t4 + {0, 1} and 16q + 8 + 2·t4 + {0, 1} (the accumulator's order).
+ * A warp's store of one qq for its eight rows covers 512 contiguous bytes. */
+static __device__ __forceinline__ int tc_unit(int m, int qq, int t4) {
+  return ((m >> 3) * 4 + qq) * 512 + (m & 7) * 64 + t4 * 16;
 }
 
 /* Columns c0, c0 + 1 and c0 + 8, c0 + 9 of a bf16 row: two 4-byte loads. */
@@ -204,18 +210,24 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
     const uint32_t rb0 = mf_mapa(rfull, dst0), rb1 = mf_mapa(rfull, dst1);
     /* The partial sums travel in the accumulator's order, so that each st.async of a warp
      * writes 512 contiguous bytes (remote shared memory wants coalesced accesses, as global
-     * memory does): in the slot of source j at a destination, row m's 16-byte piece
-     * (q, t4) — columns 16q + 2·t4 + {0, 1} and 16q + 8 + 2·t4 + {0, 1} — lies at float
-     * tc_slot(m, q, t4); one warp's eight rows of a half share m / 8. */
-    const uint32_t ra0 = mf_mapa(su + L::recv + 4u * (uint32_t)(j * RPD * TC_C + tc_slot(rl % RPD, 0, t4)), dst0);
-    const uint32_t ra1 = mf_mapa(su + L::recv + 4u * (uint32_t)(j * RPD * TC_C + tc_slot((rl + 8) % RPD, 0, t4)), dst1);
-    /* pieces q0 .. q0 + 3 of the rows rl, rl + 8 from the n64 accumulator d (columns
-     * 64·(q0 / 4) ..) */
-    auto send = [&](const float(&d)[32], int q0) {
+     * memory does): in the slot of source j at a destination, row m's pieces 2qq, 2qq + 1
+     * of lane t4 lie in the 16-byte unit tc_unit(m, qq, t4); one warp's eight rows of a
+     * half share m / 8. */
+    const uint32_t ra0 = mf_mapa(su + L::recv + (uint32_t)(j * RPD * TC_C * 2 + tc_unit(rl % RPD, 0, t4)), dst0);
+    const uint32_t ra1 = mf_mapa(su + L::recv + (uint32_t)(j * RPD * TC_C * 2 + tc_unit((rl + 8) % RPD, 0, t4)), dst1);
+    /* units qq0, qq0 + 1 (pieces 2·qq0 .. 2·qq0 + 3) of the rows rl, rl + 8 from the n64
+     * accumulator d (columns 64·(qq0 / 2) ..), rounded to bf16: the exchange's bytes, not
+     * the tensor cores, bound the kernel (README step 24: sending half of the fp32 bytes
+     * took 1.61 → 1.30 ms at N = 768), and a tensor-parallel reduction of partial sums in
+     * the compute type is what Megatron-style training does across GPUs too. */
+    auto send = [&](const float(&d)[32], int qq0) {
 #pragma unroll
-      for (int q = 0; q < 4; q++) {
-        mf_st_async_v4(ra0 + 512 * (q0 + q), d[8 * q], d[8 * q + 1], d[8 * q + 4], d[8 * q + 5], rb0);
-        mf_st_async_v4(ra1 + 512 * (q0 + q), d[8 * q + 2], d[8 * q + 3], d[8 * q + 6], d[8 * q + 7], rb1);
+      for (int u = 0; u < 2; u++) {
+        const float *e = d + 16 * u;
+        mf_st_async_v4(ra0 + 512 * (qq0 + u), mf_pack_bf16x2(e[0], e[1]), mf_pack_bf16x2(e[4], e[5]),
+                       mf_pack_bf16x2(e[8], e[9]), mf_pack_bf16x2(e[12], e[13]), rb0);
+        mf_st_async_v4(ra1 + 512 * (qq0 + u), mf_pack_bf16x2(e[2], e[3]), mf_pack_bf16x2(e[6], e[7]),
+                       mf_pack_bf16x2(e[10], e[11]), mf_pack_bf16x2(e[14], e[15]), rb1);
       }
     };
     /* Per tile: [a | b] and dh (one group); then the SwiGLU backward in two halves of the
@@ -309,7 +321,7 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
       send(lo, 0);
       mf_wg_wait<0>();
       mf_wg_pin(hi);
-      send(hi, 4);
+      send(hi, 2);
     }
   } else if (wg == 1) {
     /* ---------------------------------------------------------------- WG B */
@@ -447,20 +459,23 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
 
       /* the owned rows: Σ of the S partials in rank order, the LayerNorm backward */
       mf_mbar_wait_cluster(rfull, (uint32_t)(k & 1));
-      const float *rv = (const float *)(sm + L::recv);
+      const unsigned char *rv = sm + L::recv;
 #pragma unroll
       for (int i = 0; i < RPW; i++) {
         const int m = wl + 4 * i;
         const int64_t row = row0 + 4 * i;
         if (row >= p.M) break; /* warp-uniform */
         float dx[4] = {0, 0, 0, 0}; /* the piece (q, t4) = (lane / 4, lane % 4) of each source */
+        const int pq = lane >> 2, pofs = tc_unit(m, pq >> 1, lane & 3) + (pq & 1) * 8;
 #pragma unroll
         for (int src = 0; src < S; src++) {
-          const float4 v = *(const float4 *)(rv + src * RPD * TC_C + tc_slot(m, lane >> 2, lane & 3));
-          dx[0] += v.x;
-          dx[1] += v.y;
-          dx[2] += v.z;
-          dx[3] += v.w;
+          const uint2 v = *(const uint2 *)(rv + src * RPD * TC_C * 2 + pofs);
+          const float2 v01 = __bfloat1622float2(*(const __nv_bfloat162 *)&v.x);
+          const float2 v23 = __bfloat1622float2(*(const __nv_bfloat162 *)&v.y);
+          dx[0] += v01.x;
+          dx[1] += v01.y;
+          dx[2] += v23.x;
+          dx[3] += v23.y;
         }
         uint2 xv = xpf[i < PF ? i : 0], ov = opf[i < PF ? i : 0];
         float mu = mpf[i < PF ? i : 0], rs = rpf[i < PF ? i : 0];
