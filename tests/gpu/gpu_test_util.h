@@ -95,6 +95,15 @@ static inline void *fetch_raw(const void *d, size_t bytes) {
   return h;
 }
 
+/* 1 when the device buffers a and b hold the same bytes (bytes of them). */
+static inline int dev_same(const void *a, const void *b, size_t bytes) {
+  void *ha = fetch_raw(a, bytes), *hb = fetch_raw(b, bytes);
+  const int same = memcmp(ha, hb, bytes) == 0;
+  free(ha);
+  free(hb);
+  return same;
+}
+
 #ifdef GPU_TEST_MAX_ALLOCS
 /* ---------------------------------------------------------------- allocation registry */
 static void *g_allocs[GPU_TEST_MAX_ALLOCS];

@@ -450,6 +450,23 @@ static void test_transition_inplace(int64_t M, int C, int Hd, mf_ln_mode mode, u
     if (run == 1) continue;
     check_out_stats(what, z_d, out, M * C, mean_d, mean, rstd_d, rstd, M);
   }
+  /* out-of-place with the residual read where it lies (mf_transition_forward_res_cuda, the
+   * Pairformer block's z5 = z4 + PT(z4)): res = inp and out a buffer of its own, then res a
+   * third buffer; both bit-identical to the in-place run */
+  mf_bf16_t *x_d = to_bf16(x, M * C), *o2_d = (mf_bf16_t *)dev_alloc(M * C * 2);
+  poison(o2_d, M * C * 2);
+  mf_transition_forward_res_cuda(o2_d, x_d, mean_d, rstd_d, x_d, g_d, b_d, Wab_d, Wo_d, M, C, Hd, mode,
+                                 ws, wsb, &g_blas, 0);
+  MF_CHECK_CUDA(cudaDeviceSynchronize());
+  MF_TEST(dev_same(o2_d, z_d, (size_t)M * C * 2),
+          "%s: out = inp + T(inp) into another buffer (res = inp) bit-identical", what);
+  mf_bf16_t *x2_d = to_bf16(x, M * C);
+  poison(o2_d, M * C * 2);
+  mf_transition_forward_res_cuda(o2_d, x2_d, mean_d, rstd_d, x_d, g_d, b_d, Wab_d, Wo_d, M, C, Hd, mode,
+                                 ws, wsb, &g_blas, 0);
+  MF_CHECK_CUDA(cudaDeviceSynchronize());
+  MF_TEST(dev_same(o2_d, z_d, (size_t)M * C * 2),
+          "%s: out = res + T(inp), res a copy of inp in a third buffer, bit-identical", what);
   end_runs(runs, what);
   dev_free_all();
   mf_test_free_all();
@@ -915,7 +932,7 @@ static void test_trimul(int N, int C, int Ch, int outgoing, int use_mask, int re
   for (int i = 0; i < N; i++)
     for (int j = 0; j < N; j++) pm[(int64_t)i * N + j] = !use_mask || (u[i] < 0.85 && u[j] < 0.85);
   const mf_dropout_axis axis = outgoing ? MF_DROPOUT_ROWWISE : MF_DROPOUT_COLWISE;
-  const mf_resdrop_cuda rd = {0.25, 99 + seed, mf_rng_stream(3, MF_RNG_DROPOUT, 1), axis};
+  const mf_resdrop_cuda rd = {0.25, 99 + seed, mf_rng_stream(3, MF_RNG_DROPOUT, 1), axis, NULL};
 
   /* reference */
   double *saved = mf_test_alloc((int64_t)mf_trimul_saved_size(N, C, Ch));
@@ -986,10 +1003,23 @@ static void test_trimul(int N, int C, int Ch, int outgoing, int use_mask, int re
     check_grad_inc(WHAT("d w_z"), gg.w_z, g0 + o_lg + 2 * Ch, gflat + o_lg + 2 * Ch,
                    (int64_t)C * Ch, TOL_TRIMUL_BWD);
   }
+  if (resdrop) { /* the residual read where it lies (rd.res, a buffer of its own): out2 = res +
+                  * mask ⊙ Δz with no copy first, bit-identical to the in-place run */
+    mf_resdrop_cuda rr = rd;
+    rr.res = to_bf16(res0, M * C);
+    mf_bf16_t *out2_d = (mf_bf16_t *)dev_alloc(M * C * 2);
+    poison(out2_d, M * C * 2);
+    poison(saved_d, sb);
+    mf_trimul_forward_cuda(out2_d, saved_d, z_d, pm_d, &wd, N, C, Ch, outgoing, &rr, ws, wsb, &g_blas, 0);
+    MF_CHECK_CUDA(cudaDeviceSynchronize());
+    MF_TEST(dev_same(out2_d, out_d, (size_t)M * C * 2),
+            "%s: the forward with rd.res (out = res + …) bit-identical to the in-place one", what);
+  }
   end_runs(runs, what);
   if (tvar == 2 && C == 128 && Ch == 128) { /* the output side took the fused wgmma kernels */
-    MF_TEST(mf_trimul_out_wg_calls() == out_calls0 + 2, "%s: trimul_out_wg ran %lld times, not 2",
-            what, (long long)(mf_trimul_out_wg_calls() - out_calls0));
+    MF_TEST(mf_trimul_out_wg_calls() == out_calls0 + 2 + (resdrop ? 1 : 0),
+            "%s: trimul_out_wg ran %lld times, not %d", what,
+            (long long)(mf_trimul_out_wg_calls() - out_calls0), 2 + (resdrop ? 1 : 0));
     if (mf_trimul_ph1_wg_set(-1)) /* the backward's whole first phase in one kernel */
       MF_TEST(mf_trimul_ph1_wg_calls() >= ph1_calls0 + 2 && mf_trimul_out_bwd_wg_calls() == bwd_calls0,
               "%s: trimul_ph1_wg ran %lld times, trimul_out_bwd_wg %lld", what,
@@ -1037,6 +1067,7 @@ static void test_transition_cl(uint64_t *s, int small) {
   tc_case(1000, 256, MF_LN_FULL, 1, *s += 20);
   tc_case(4099, 256, MF_LN_FULL, 0, *s += 20);
   tc_case(17000, 128, MF_LN_SCALE, 1, *s += 20);
+  tc_case(17000, 512, MF_LN_FULL, 1, *s += 20); /* in place, 17 tiles per cluster, a partial last */
   tc_case(40000, 512, MF_LN_FULL, 1, *s += 20);  /* ≈ 39 tiles per cluster */
   tc_case(40001, 512, MF_LN_SCALE, 0, *s += 20);
   const int64_t c0 = mf_transition_bwd_cl_calls();
@@ -1056,8 +1087,9 @@ int main(void) {
   if (!gpu_test_begin("test_fusion_gpu")) return mf_test_end();
   mf_cuda_blas_create(&g_blas, 0);
   uint64_t s = 100;
-  if (getenv("MF_FUSION_TEST_CL")) { /* the cluster transition backward alone, small (compute-sanitizer) */
-    test_transition_cl(&s, 1);
+  if (getenv("MF_FUSION_TEST_CL")) { /* the cluster transition backward alone: small (=1, for
+                                      * compute-sanitizer) or its full set (=2, to rerun many times) */
+    test_transition_cl(&s, atoi(getenv("MF_FUSION_TEST_CL")) != 2);
     mf_cuda_blas_destroy(&g_blas);
     return mf_test_end();
   }

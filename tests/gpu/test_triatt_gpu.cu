@@ -133,7 +133,7 @@ static void test_triatt(int N, int C, int H, int D, int starting, int mask, int 
     for (int j = 0; j < N; j++) pm[(int64_t)i * N + j] = u[i] != 0.0 && u[j] != 0.0;
   const mf_dropout_axis axis = resdrop == MF_DROPOUT_COLWISE ? MF_DROPOUT_COLWISE
                                                               : MF_DROPOUT_ROWWISE;
-  const mf_resdrop_cuda rd = {0.25, 77 + seed, mf_rng_stream(5, MF_RNG_DROPOUT, 2), axis};
+  const mf_resdrop_cuda rd = {0.25, 77 + seed, mf_rng_stream(5, MF_RNG_DROPOUT, 2), axis, NULL};
   const mf_resdrop_cuda *rdp = resdrop >= 0 ? &rd : NULL;
 
   /* reference (double) */
@@ -247,9 +247,25 @@ static void test_triatt(int N, int C, int H, int D, int starting, int mask, int 
   }
   MF_TEST(raw_same(&runs[0], &runs[1]),
           "%s: two runs bit-identical (the second keeping the projections)", what);
+  if (rdp) { /* the residual read where it lies (rd.res, a buffer of its own): out2 = res +
+              * mask ⊙ Δz with no copy first, bit-identical to run 0's out */
+    mf_resdrop_cuda rr = rd;
+    rr.res = to_bf16(res0, M * C);
+    mf_bf16_t *out2_d = (mf_bf16_t *)dev_alloc((size_t)M * C * 2);
+    poison(out2_d, (size_t)M * C * 2);
+    poison(saved_d, sb);
+    mf_triatt_forward_cuda(out2_d, saved_d, z_d, pm_d, &wd, N, C, H, D, starting, 0, &rr, ws, wsb,
+                           &g_blas, 0);
+    MF_CHECK_CUDA(cudaDeviceSynchronize());
+    void *o2 = fetch_raw(out2_d, (size_t)M * C * 2);
+    MF_TEST(memcmp(o2, runs[0].raw[0], (size_t)M * C * 2) == 0,
+            "%s: the forward with rd.res (out = res + …) bit-identical to the in-place one", what);
+    free(o2);
+  }
   if (C == 128 && HD == 128) /* the output projection took the fused wgmma kernel */
-    MF_TEST(mf_out_proj_wg_calls() == proj_calls0 + 2, "%s: out_proj_wg ran %lld times, not 2",
-            what, (long long)(mf_out_proj_wg_calls() - proj_calls0));
+    MF_TEST(mf_out_proj_wg_calls() == proj_calls0 + 2 + (rdp ? 1 : 0),
+            "%s: out_proj_wg ran %lld times, not %d", what,
+            (long long)(mf_out_proj_wg_calls() - proj_calls0), 2 + (rdp ? 1 : 0));
   /* the backward's output side in one kernel (ta_out_bwd_wg.cu) where it takes the shape
    * and is switched on: three backwards */
   const int64_t tb = mf_ta_out_bwd_wg_calls() - tb_calls0;
@@ -305,7 +321,7 @@ static void bench(int N, int starting) {
   MF_CHECK_CUDA(cudaMemcpy(dz, dout, (size_t)M * C * 2, cudaMemcpyDeviceToDevice));
   uint8_t *pm = (uint8_t *)dev_alloc((size_t)M);
   MF_CHECK_CUDA(cudaMemset(pm, 1, (size_t)M));
-  const mf_resdrop_cuda rd = {0.25, 5, 6, starting ? MF_DROPOUT_ROWWISE : MF_DROPOUT_COLWISE};
+  const mf_resdrop_cuda rd = {0.25, 5, 6, starting ? MF_DROPOUT_ROWWISE : MF_DROPOUT_COLWISE, NULL};
   cudaEvent_t e0, e1, e2;
   MF_CHECK_CUDA(cudaEventCreate(&e0));
   MF_CHECK_CUDA(cudaEventCreate(&e1));

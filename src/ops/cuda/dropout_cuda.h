@@ -25,11 +25,16 @@ extern "C" {
 #endif
 
 /* Residual + dropout applied by a producer's epilogue: dest (A, B, C) += x ⊙ mask with
- * the mask of (p, seed, stream) along axis; p = 0 is a plain residual add. */
+ * the mask of (p, seed, stream) along axis; p = 0 is a plain residual add. res: where the
+ * residual is read — NULL: dest itself (in place); else dest = res + x ⊙ mask, res (A, B,
+ * C) equal to dest or not overlapping it. With res the caller needs no copy of the
+ * residual into dest first (the Pairformer block's forward: z_{k+1} = z_k + drop(U_k(z_k))
+ * straight into z_{k+1}'s buffer, one 2·N²·C-byte round trip less per update). */
 typedef struct {
   double p;
   uint64_t seed, stream;
   mf_dropout_axis axis;
+  const __nv_bfloat16 *res;
 } mf_resdrop_cuda;
 
 /* mask (R, C) fp32 = 0 or 1/(1−p), as mf_dropout_mask. */

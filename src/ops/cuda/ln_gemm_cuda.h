@@ -103,15 +103,16 @@ int mf_ln_gemm_wg_set_nwg(int nwg);
 /* The triangle multiplication's output side, forward, as one wgmma kernel
  * (out_proj_wg.cu, sm_90a; C = Ch = 128, ldm % 8 == 0, ldm >= N², out, T, sg, w 16-byte
  * and mask 8-byte aligned): out (M, C) = sg ⊙ (LN(T)·wᵀ), or with mask (N, C) fp32
- * out += mask[b or a] ⊙ sg ⊙ (LN(T)·wᵀ) (axis MF_DROPOUT_ROWWISE: row b of m = a·N + b,
- * else a); T (Ch, ldm) channel-major, sg (M, C), w (C, Ch), gamma, beta (Ch) of the full
- * LayerNorm; mean, rstd (M) written. */
+ * out = res + mask[b or a] ⊙ sg ⊙ (LN(T)·wᵀ) (axis MF_DROPOUT_ROWWISE: row b of m = a·N + b,
+ * else a; res (M, C) NULL: out itself, +=); T (Ch, ldm) channel-major, sg (M, C), w (C, Ch),
+ * gamma, beta (Ch) of the full LayerNorm; mean, rstd (M) written. */
 int mf_trimul_out_wg_supported(int C, int Ch, int64_t ldm, const void *out, const void *T,
                                const void *sg, const void *w, const void *mask);
 void mf_trimul_out_wg_cuda(__nv_bfloat16 *out, float *mean, float *rstd, const __nv_bfloat16 *T,
                            int64_t ldm, const __nv_bfloat16 *gamma, const __nv_bfloat16 *beta,
                            const __nv_bfloat16 *w, const __nv_bfloat16 *sg, const float *mask,
-                           int axis, int N, int C, int Ch, cudaStream_t stream);
+                           const __nv_bfloat16 *res, int axis, int N, int C, int Ch,
+                           cudaStream_t stream);
 /* How many times mf_trimul_out_wg_cuda launched its kernel. */
 int64_t mf_trimul_out_wg_calls(void);
 /* The backward's first step on rows [m_base, m_base + rows) (a chunk; m_base % 8 == 0),
@@ -132,13 +133,14 @@ void mf_trimul_out_bwd_wg_cuda(__nv_bfloat16 *du, __nv_bfloat16 *dgl, __nv_bfloa
                                int C, int Ch, cudaStream_t stream);
 int64_t mf_trimul_out_bwd_wg_calls(void);
 /* The same kernel without the LayerNorm and the gate (out_proj_wg.cu; the triangle
- * attention's output projection): out (M, C) = o·wᵀ, or with mask (N, C) out += mask[b or
- * a] ⊙ (o·wᵀ); o (M, K) row-major, w (C, K), M = N²; K = C = 128, out, o, w 16-byte and
- * mask 8-byte aligned. */
+ * attention's output projection): out (M, C) = o·wᵀ, or with mask (N, C) out = res +
+ * mask[b or a] ⊙ (o·wᵀ) (res NULL: out itself, +=); o (M, K) row-major, w (C, K), M = N²;
+ * K = C = 128, out, o, w, res 16-byte and mask 8-byte aligned. */
 int mf_out_proj_wg_supported(int K, int C, const void *out, const void *o, const void *w,
                              const void *mask);
 void mf_out_proj_wg_cuda(__nv_bfloat16 *out, const __nv_bfloat16 *o, const __nv_bfloat16 *w,
-                         const float *mask, int axis, int N, int K, int C, cudaStream_t stream);
+                         const float *mask, const __nv_bfloat16 *res, int axis, int N, int K, int C,
+                         cudaStream_t stream);
 int64_t mf_out_proj_wg_calls(void);
 
 int mf_transition_fused_supported(int C, int Hd, mf_ln_mode mode, const void *inp,
@@ -152,14 +154,15 @@ void mf_transition_fused_forward_cuda(__nv_bfloat16 *out, float *mean, float *rs
                                       mf_ln_mode mode, int accumulate, cudaStream_t stream);
 
 /* The same transition as one wgmma kernel (transition_wg.cu, sm_90a): C = 128,
- * Hd % 64 == 0, Hd >= 128, 16-byte aligned pointers. */
+ * Hd % 64 == 0, Hd >= 128, 16-byte aligned pointers; out = res + transition(inp) where
+ * res (M, C) is not NULL (it may be out or inp; 16-byte aligned), else out = transition(inp). */
 int mf_transition_wg_supported(int C, int Hd, mf_ln_mode mode, const void *inp, const void *out,
                                const void *w_ab, const void *w_o);
 void mf_transition_wg_forward_cuda(__nv_bfloat16 *out, float *mean, float *rstd,
                                    const __nv_bfloat16 *inp, const __nv_bfloat16 *gamma,
                                    const __nv_bfloat16 *beta, const __nv_bfloat16 *w_ab,
                                    const __nv_bfloat16 *w_o, int64_t M, int C, int Hd,
-                                   mf_ln_mode mode, int accumulate, cudaStream_t stream);
+                                   mf_ln_mode mode, const __nv_bfloat16 *res, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -2,13 +2,14 @@
  * (sm_90a), 128 input and 128 output channels, in three modes:
  *   TRI_FWD, the triangle multiplication's forward (mf_trimul_out_wg_cuda):
  *     out (M, C)  = sg ⊙ (LN_out(T)·W_zᵀ)            (mask == NULL)
- *     out (M, C) += mask ⊙ sg ⊙ (LN_out(T)·W_zᵀ)     (the residual with row / column dropout)
+ *     out (M, C) = res + mask ⊙ sg ⊙ (LN_out(T)·W_zᵀ)   (the residual with row / column
+ *                                                     dropout; res = out: in place)
  *   TRI_BWD, its backward's first step on a chunk of rows (mf_trimul_out_bwd_wg_cuda): y =
  *     LN_out(T) with the saved statistics (written out for dW_z), u = y·W_zᵀ, and the gate
  *     backward du = dd·s, dgl = dd·u·s(1 − s), dd = dout (⊙ mask), s = σ(gate logits) —
  *     replacing tri_ln_cm_v_kernel, a cuBLAS GEMM into fp32 u and tri_out_bwd_kernel;
  *   PLAIN, the triangle attention's output projection (mf_out_proj_wg_cuda):
- *     out (M, C) = o·W_oᵀ,  or  out += mask ⊙ (o·W_oᵀ),  o (M, 128) row-major
+ *     out (M, C) = o·W_oᵀ,  or  out = res + mask ⊙ (o·W_oᵀ),  o (M, 128) row-major
  *     (it replaces a cuBLAS GEMM into fp32 rows and ta_resdrop_kernel, triatt.cu).
  * For the triangle multiplication: T (Ch, ldm) channel-major (the triangular contraction's output, trimul.cu), sg = σ(g)
  * (M, C) row-major, mask (N, C) fp32 indexed by b (ROWWISE) or a (COLWISE) of m = a·N + b;
@@ -83,6 +84,7 @@ typedef struct {
   const bf16 *dout;         /* TRI_BWD: (M, C) */
   const bf16 *glb;          /* TRI_BWD: gate logits, local (rows, C) */
   const float *mask;        /* (N, C) or NULL */
+  const bf16 *res;          /* TRI_FWD, PLAIN with a mask: the residual (M, C); NULL: out */
   int axis, N;
   int64_t m_base, rows;
 } to_params;
@@ -113,8 +115,8 @@ static __device__ __forceinline__ void to_load(unsigned char *tile, const to_par
 }
 
 /* The epilogue's row-major operands of subtile s into e (two 16 KB tiles of 64 rows × 128
- * bf16), by cp.async: TRI_FWD e0 = sg rows, e1 = out rows (the residual,
- * with a mask); PLAIN e1 = out rows (with a mask); TRI_BWD e0 = dout rows, e1 = the gate
+ * bf16), by cp.async: TRI_FWD e0 = sg rows, e1 = the residual's rows (res, or out in
+ * place; with a mask); PLAIN e1 = the same; TRI_BWD e0 = dout rows, e1 = the gate
  * logits' local rows. Rows past the range skipped; nothing for s ≥ nsub. */
 template <int MODE>
 static __device__ __forceinline__ void to_load_e(unsigned char *e, const to_params &p, int64_t s,
@@ -123,7 +125,7 @@ static __device__ __forceinline__ void to_load_e(unsigned char *e, const to_para
   const int64_t r0 = s * TO_SUB, m0 = p.m_base + r0;
   const int rows = (int)(p.rows - r0 < TO_SUB ? p.rows - r0 : TO_SUB);
   const bf16 *src0 = MODE == TO_TRI_FWD ? p.sg + m0 * TO_C : MODE == TO_TRI_BWD ? p.dout + m0 * TO_C : NULL;
-  const bf16 *src1 = MODE == TO_TRI_BWD ? p.glb + r0 * TO_C : p.mask ? p.out + m0 * TO_C : NULL;
+  const bf16 *src1 = MODE == TO_TRI_BWD ? p.glb + r0 * TO_C : p.mask ? (p.res ? p.res : p.out) + m0 * TO_C : NULL;
 #pragma unroll
   for (int i = 0; i < TO_SUB * 16 / 128; i++) {
     const int idx = tid + i * 128;
@@ -435,14 +437,17 @@ extern "C" int mf_trimul_out_wg_supported(int C, int Ch, int64_t ldm, const void
 
 extern "C" void mf_trimul_out_wg_cuda(bf16 *out, float *mean, float *rstd, const bf16 *T,
                                       int64_t ldm, const bf16 *gamma, const bf16 *beta,
-                                      const bf16 *w, const bf16 *sg, const float *mask, int axis,
-                                      int N, int C, int Ch, cudaStream_t stream) {
+                                      const bf16 *w, const bf16 *sg, const float *mask,
+                                      const bf16 *res, int axis, int N, int C, int Ch,
+                                      cudaStream_t stream) {
   const int64_t M = (int64_t)N * N;
   MF_ASSERT(mf_trimul_out_wg_supported(C, Ch, ldm, out, T, sg, w, mask) && ldm >= M,
             "trimul_out_wg: C=%d Ch=%d (both 128), ldm=%lld (>= M=%lld, a multiple of 8), "
             "16-byte aligned out, T, sg, w", C, Ch, (long long)ldm, (long long)M);
   MF_ASSERT(out && mean && rstd && T && gamma && beta && w && sg, "trimul_out_wg: NULL argument");
+  MF_ASSERT(to_al16(res), "trimul_out_wg: res must be 16-byte aligned");
   to_params p = to_common(out, T, ldm, w, mask, axis, N, 0, M);
+  p.res = res;
   p.mean = mean;
   p.rstd = rstd;
   p.gamma = gamma;
@@ -497,11 +502,14 @@ extern "C" int mf_out_proj_wg_supported(int K, int C, const void *out, const voi
 }
 
 extern "C" void mf_out_proj_wg_cuda(bf16 *out, const bf16 *o, const bf16 *w, const float *mask,
-                                    int axis, int N, int K, int C, cudaStream_t stream) {
+                                    const bf16 *res, int axis, int N, int K, int C,
+                                    cudaStream_t stream) {
   MF_ASSERT(mf_out_proj_wg_supported(K, C, out, o, w, mask),
             "out_proj_wg: K=%d C=%d (both 128), 16-byte aligned out, o, w, 8-byte aligned mask",
             K, C);
   MF_ASSERT(out && o && w, "out_proj_wg: NULL argument");
-  const to_params p = to_common(out, o, 0, w, mask, axis, N, 0, (int64_t)N * N);
+  MF_ASSERT(to_al16(res), "out_proj_wg: res must be 16-byte aligned");
+  to_params p = to_common(out, o, 0, w, mask, axis, N, 0, (int64_t)N * N);
+  p.res = res;
   to_launch<TO_PLAIN>(p, stream);
 }

@@ -132,7 +132,7 @@ extern "C" void mf_transition_forward_cuda(bf16 *out, float *mean, float *rstd, 
   if (variant == 3 && mf_transition_wg_supported(C, Hd, mode, inp, out, w_ab, w_o)) {
     /* variant 3: the whole transition in one wgmma kernel (transition_wg.cu) */
     mf_transition_wg_forward_cuda(out, mean, rstd, inp, gamma, beta, w_ab, w_o, M, C, Hd, mode,
-                                  accumulate, stream);
+                                  accumulate ? out : NULL, stream);
     return;
   }
   if (variant >= 2 && mf_transition_fused_supported(C, Hd, mode, inp, out, w_ab, w_o)) {
@@ -165,6 +165,36 @@ extern "C" void mf_transition_forward_cuda(bf16 *out, float *mean, float *rstd, 
     mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, Hd, 1.0f, w.h, Hd, w_o, Hd,
                     accumulate ? 1.0f : 0.0f, out + r0 * C, MF_GEMM_OUT_BF16, C);
   }
+}
+
+extern "C" void mf_transition_forward_res_cuda(bf16 *out, const bf16 *res, float *mean, float *rstd,
+                                               const bf16 *inp, const bf16 *gamma,
+                                               const bf16 *beta, const bf16 *w_ab,
+                                               const bf16 *w_o, int64_t M, int C, int Hd,
+                                               mf_ln_mode mode, void *ws, size_t ws_bytes,
+                                               const mf_cuda_blas *blas, cudaStream_t stream) {
+  tr_check(M, C, Hd, mode, mean, rstd, gamma, beta);
+  MF_ASSERT(res, "transition_cuda: res required (mf_transition_forward_cuda adds into out)");
+  MF_ASSERT(res == out || res + M * C <= out || out + M * C <= res,
+            "transition_cuda: the residual res must be out or not overlap it");
+  if (M == 0) return;
+  if (mf_ln_linear_cuda_get_variant() == 3 && mf_transition_wg_supported(C, Hd, mode, inp, out, w_ab, w_o) &&
+      (uintptr_t)res % 16 == 0) {
+    /* the wgmma kernel reads the residual in its epilogue: no copy */
+    mf_transition_wg_forward_cuda(out, mean, rstd, inp, gamma, beta, w_ab, w_o, M, C, Hd, mode, res,
+                                  stream);
+    return;
+  }
+  /* the other paths add into out: the residual first (an input sharing out's rows would be
+   * overwritten before it is read) */
+  MF_ASSERT(res == out || inp == out || inp + M * C <= out || out + M * C <= inp,
+            "transition_cuda: with res, inp must be out or not overlap it");
+  if (res != out) {
+    MF_ASSERT(inp != out, "transition_cuda: out = res + T(out) needs out == res");
+    MF_CHECK_CUDA(cudaMemcpyAsync(out, res, (size_t)M * C * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
+  }
+  mf_transition_forward_cuda(out, mean, rstd, inp, gamma, beta, w_ab, w_o, M, C, Hd, mode, 1, ws, ws_bytes,
+                             blas, stream);
 }
 
 /* The backward; add_dinp = 1 adds into dinp instead of assigning it (not for IDENTITY). */

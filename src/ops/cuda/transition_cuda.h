@@ -63,6 +63,16 @@ void mf_transition_forward_cuda(__nv_bfloat16 *out, float *mean, float *rstd,
                                 const __nv_bfloat16 *w_o, int64_t M, int C, int Hd,
                                 mf_ln_mode mode, int accumulate, void *ws, size_t ws_bytes,
                                 const mf_cuda_blas *blas, cudaStream_t stream);
+/* out (M, C) = res (M, C) + transition(inp): the residual read where it lies (res equal to
+ * out or not overlapping it; inp may be res). The wgmma forward (variant 3, C = 128) reads
+ * res in its epilogue; the other paths copy res into out first and add. The Pairformer
+ * block's z5 = z4 + PT(z4) straight into z5's buffer. */
+void mf_transition_forward_res_cuda(__nv_bfloat16 *out, const __nv_bfloat16 *res, float *mean,
+                                    float *rstd, const __nv_bfloat16 *inp,
+                                    const __nv_bfloat16 *gamma, const __nv_bfloat16 *beta,
+                                    const __nv_bfloat16 *w_ab, const __nv_bfloat16 *w_o, int64_t M,
+                                    int C, int Hd, mf_ln_mode mode, void *ws, size_t ws_bytes,
+                                    const mf_cuda_blas *blas, cudaStream_t stream);
 
 /* dh = dout·W_o, dw_o += doutᵀ·h; [da | db] = dh ⊙ [b ⊙ silu'(a) | silu(a)];
  * dw_ab += [da | db]ᵀ·x̂ and dx̂ = [da | db]·w_ab (one GEMM each); LayerNorm backward.

@@ -66,8 +66,8 @@ static __global__ void __launch_bounds__(TW_THREADS, 1)
 transition_wg_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__ rstd,
                      const bf16 *x, const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
                      const bf16 *__restrict__ w_ab, const bf16 *__restrict__ w_o, int64_t M,
-                     int Hd, int mode, int accumulate) {
-  /* out and x are not __restrict__: they may be the same tensor */
+                     int Hd, int mode, const bf16 *res) {
+  /* out, x and res (the residual, or NULL) are not __restrict__: they may be the same tensor */
   typedef tw_layout L;
   constexpr int C = TW_C, LDO = L::LDO;
   extern __shared__ unsigned char tw_raw[];
@@ -105,7 +105,7 @@ transition_wg_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__ rs
       tw_load_w(wab0 + (buf ^ 1) * L::WAB, wo0 + (buf ^ 1) * L::WO, w_ab, w_o, jn, Hd);
       if (j == 0) {
         lg_load_tile<C>(xs, x, t + gridDim.x, ntiles, M, LG_BM, threadIdx.x);
-        if (accumulate) lg_load_residual<C, TW_THREADS>(os, LDO, out, m0, rows, (int)threadIdx.x);
+        if (res) lg_load_residual<C, TW_THREADS>(os, LDO, res, m0, rows, (int)threadIdx.x);
       }
       mf_cp_async_commit();
       mf_cp_async_wait<1>(); /* everything but the group just issued: chunk j is here */
@@ -160,7 +160,7 @@ transition_wg_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__ rs
       for (int hh = 0; hh < 2; hh++) {
         __nv_bfloat162 *p = (__nv_bfloat162 *)(os + (rb + 8 * hh) * LDO + 8 * i + 2 * (lane & 3));
         float v0 = acc[4 * i + 2 * hh], v1 = acc[4 * i + 2 * hh + 1];
-        if (accumulate) {
+        if (res) {
           const __nv_bfloat162 rv = *p;
           v0 += __low2float(rv);
           v1 += __high2float(rv);
@@ -190,9 +190,9 @@ extern "C" void mf_transition_wg_forward_cuda(bf16 *out, float *mean, float *rst
                                               const bf16 *inp, const bf16 *gamma,
                                               const bf16 *beta, const bf16 *w_ab,
                                               const bf16 *w_o, int64_t M, int C, int Hd,
-                                              mf_ln_mode mode, int accumulate,
+                                              mf_ln_mode mode, const bf16 *res,
                                               cudaStream_t stream) {
-  MF_ASSERT(mf_transition_wg_supported(C, Hd, mode, inp, out, w_ab, w_o),
+  MF_ASSERT(mf_transition_wg_supported(C, Hd, mode, inp, out, w_ab, w_o) && (uintptr_t)res % 16 == 0,
             "transition_wg: unsupported C=%d Hd=%d mode=%d (or alignment)", C, Hd, (int)mode);
   lg_check_ln_args("transition_wg", mode, gamma, beta, mean, rstd, 1);
   if (M <= 0) return;
@@ -202,6 +202,6 @@ extern "C" void mf_transition_wg_forward_cuda(bf16 *out, float *mean, float *rst
   const int64_t ntiles = (M + LG_BM - 1) / LG_BM;
   const int grid = (int)(ntiles < mf_sm_count() ? ntiles : mf_sm_count());
   transition_wg_kernel<<<grid, TW_THREADS, smem, stream>>>(out, mean, rstd, inp, gamma, beta, w_ab,
-                                                          w_o, M, Hd, (int)mode, accumulate);
+                                                          w_o, M, Hd, (int)mode, res);
   MF_CHECK_LAUNCH();
 }

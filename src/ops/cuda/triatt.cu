@@ -72,12 +72,13 @@ static __global__ void ta_bias_kernel(bf16 *__restrict__ P, int ldp, bf16 *__res
   }
 }
 
-/* out (M, C) rows m0.. += mask ⊙ u (u (rows, C) fp32; the residual with row/column dropout:
- * mask (N, C) indexed by b (ROWWISE) or a (COLWISE) of m = a·N + b). */
+/* out (M, C) rows m0.. = res + mask ⊙ u (u (rows, C) fp32; the residual with row/column
+ * dropout, res = out in place: mask (N, C) indexed by b (ROWWISE) or a (COLWISE) of
+ * m = a·N + b). */
 template <int VEC>
-static __global__ void ta_resdrop_kernel(bf16 *__restrict__ out, const float *__restrict__ u,
-                                         const float *__restrict__ mask, int axis, int N,
-                                         int64_t m0, int64_t rows, int C) {
+static __global__ void ta_resdrop_kernel(bf16 *out, const float *__restrict__ u,
+                                         const float *__restrict__ mask, const bf16 *res, int axis,
+                                         int N, int64_t m0, int64_t rows, int C) {
   const int cv = C / VEC;
   for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < rows * cv;
        t += (int64_t)gridDim.x * blockDim.x) {
@@ -86,7 +87,7 @@ static __global__ void ta_resdrop_kernel(bf16 *__restrict__ out, const float *__
     float v[VEC], mk[VEC], o[VEC];
     mf_ldvf<VEC>(v, u + r * C + c);
     mf_ldvf<VEC>(mk, mask + (axis == MF_DROPOUT_ROWWISE ? b : a) * C + c);
-    mf_ldv<VEC>(o, out + m * C + c);
+    mf_ldv<VEC>(o, res + m * C + c);
 #pragma unroll
     for (int k = 0; k < VEC; k++) o[k] += mk[k] * v[k];
     mf_stv<VEC>(out + m * C + c, o);
@@ -125,13 +126,14 @@ static __global__ void ta_mask_t_kernel(uint8_t *__restrict__ pmt, const uint8_t
 
 /* ================================================================ launchers */
 
-static void launch_resdrop(bf16 *out, const float *u, const float *mask, int axis, int N,
-                           int64_t m0, int64_t rows, int C, cudaStream_t s) {
+static void launch_resdrop(bf16 *out, const float *u, const float *mask, const bf16 *res, int axis,
+                           int N, int64_t m0, int64_t rows, int C, cudaStream_t s) {
+  if (!res) res = out;
   if (C % 8 == 0)
-    ta_resdrop_kernel<8><<<mf_ew_blocks(rows * C / 8), 256, 0, s>>>(out, u, mask, axis, N, m0,
+    ta_resdrop_kernel<8><<<mf_ew_blocks(rows * C / 8), 256, 0, s>>>(out, u, mask, res, axis, N, m0,
                                                                     rows, C);
   else
-    ta_resdrop_kernel<1><<<mf_ew_blocks(rows * C), 256, 0, s>>>(out, u, mask, axis, N, m0, rows,
+    ta_resdrop_kernel<1><<<mf_ew_blocks(rows * C), 256, 0, s>>>(out, u, mask, res, axis, N, m0, rows,
                                                                 C);
   MF_CHECK_LAUNCH();
 }
@@ -417,6 +419,8 @@ static void ta_forward(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
                        size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
   const int64_t M = (int64_t)N * N;
   const int HD = H * D, goff = 3 * HD + ta_bp(H);
+  MF_ASSERT(!rd || !rd->res || rd->res == out || rd->res + M * C <= out || out + M * C <= rd->res,
+            "triatt_cuda forward: the residual res must be out or not overlap it");
   ta_saved s;
   saved_carve(&s, saved, N, H, D, keep);
   ta_ws b;
@@ -440,8 +444,9 @@ static void ta_forward(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
   /* Δz = o·W_oᵀ; out = Δz or out += mask ⊙ Δz: one wgmma kernel over all rows
    * (out_proj_wg.cu) where it takes the shape (HD = C = 128), else per chunk */
   const float *dmask = rd ? b.mask : NULL;
-  if (mf_out_proj_wg_supported(HD, C, out, s.o, w->w_o, dmask)) {
-    mf_out_proj_wg_cuda(out, s.o, w->w_o, dmask, rd ? (int)rd->axis : 0, N, HD, C, stream);
+  if (mf_out_proj_wg_supported(HD, C, out, s.o, w->w_o, dmask) && (uintptr_t)(rd ? rd->res : NULL) % 16 == 0) {
+    mf_out_proj_wg_cuda(out, s.o, w->w_o, dmask, rd ? rd->res : NULL, rd ? (int)rd->axis : 0, N, HD, C,
+                        stream);
     return;
   }
   for (int64_t r0 = 0; r0 < M; r0 += R) {
@@ -449,7 +454,7 @@ static void ta_forward(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
     if (rd) {
       mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, HD, 1.0f, s.o + r0 * HD, HD, w->w_o, HD, 0.0f,
                       st->u, MF_GEMM_OUT_F32, C);
-      launch_resdrop(out, st->u, b.mask, (int)rd->axis, N, r0, rows, C, stream);
+      launch_resdrop(out, st->u, b.mask, rd->res, (int)rd->axis, N, r0, rows, C, stream);
     } else {
       mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, HD, 1.0f, s.o + r0 * HD, HD, w->w_o, HD, 0.0f,
                       out + r0 * C, MF_GEMM_OUT_BF16, C);

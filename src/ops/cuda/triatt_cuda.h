@@ -76,7 +76,8 @@ size_t mf_triatt_cuda_saved_bytes(int N, int C, int H, int D, int keep);
 /* Bytes of the workspace the forward and the backward take. */
 size_t mf_triatt_cuda_workspace(int N, int C, int H, int D, int keep);
 
-/* out (N, N, C) = Δz, or += mask ⊙ Δz with rd; saved filled for the backward;
+/* out (N, N, C) = Δz, or with rd out = res + mask ⊙ Δz (res = rd->res, NULL: out itself,
+ * +=); saved filled for the backward;
  * z (N, N, C); pm (N, N) or NULL; starting = 1 (Alg 14) or 0 (ending node, Alg 15);
  * keep = 1: the projections saved for the backward (see above). */
 void mf_triatt_forward_cuda(__nv_bfloat16 *out, void *saved, const __nv_bfloat16 *z,

@@ -548,12 +548,12 @@ tri_gate_bwd_v_kernel(bf16 *__restrict__ P4, const bf16 *__restrict__ dA_cm,
   }
 }
 
-/* out (M, C) rows m0..: = sg ⊙ u, or += mask ⊙ sg ⊙ u (mask != NULL: the residual);
- * VEC consecutive channels per thread (8 when C % 8 == 0). */
+/* out (M, C) rows m0..: = sg ⊙ u, or = res + mask ⊙ sg ⊙ u (mask != NULL: the residual,
+ * res = out in place); VEC consecutive channels per thread (8 when C % 8 == 0). */
 template <int VEC>
-static __global__ void tri_out_fwd_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ sg,
+static __global__ void tri_out_fwd_kernel(bf16 *out, const bf16 *__restrict__ sg,
                                    const float *__restrict__ u, const float *__restrict__ mask,
-                                   int axis, int N, int64_t m0, int64_t rows, int C) {
+                                   const bf16 *res, int axis, int N, int64_t m0, int64_t rows, int C) {
   const int cv = C / VEC;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * cv;
        i += (int64_t)gridDim.x * blockDim.x) {
@@ -568,7 +568,7 @@ static __global__ void tri_out_fwd_kernel(bf16 *__restrict__ out, const bf16 *__
       const int64_t a = m / N, b = m - a * N;
       float mk[VEC], o[VEC];
       mf_ldvf<VEC>(mk, mask + (axis == MF_DROPOUT_ROWWISE ? b : a) * C + c);
-      mf_ldv<VEC>(o, out + m * C + c);
+      mf_ldv<VEC>(o, res + m * C + c);
 #pragma unroll
       for (int k = 0; k < VEC; k++) v[k] = o[k] + mk[k] * v[k];
     }
@@ -718,13 +718,15 @@ static void launch_gate_bwd(bf16 *P4, const bf16 *dA_cm, const bf16 *dB_cm, cons
         P4, dA_cm, dB_cm, pm, ldm, m0, rows, Ch);
   MF_CHECK_LAUNCH();
 }
-static void launch_out_fwd(bf16 *out, const bf16 *sg, const float *u, const float *mask, int axis,
-                           int N, int64_t m0, int64_t rows, int C, cudaStream_t s) {
+static void launch_out_fwd(bf16 *out, const bf16 *sg, const float *u, const float *mask,
+                           const bf16 *res, int axis, int N, int64_t m0, int64_t rows, int C,
+                           cudaStream_t s) {
+  if (!res) res = out;
   if (C % 8 == 0)
-    tri_out_fwd_kernel<8><<<mf_ew_blocks(rows * C / 8), 256, 0, s>>>(out, sg, u, mask, axis, N, m0,
-                                                                     rows, C);
+    tri_out_fwd_kernel<8><<<mf_ew_blocks(rows * C / 8), 256, 0, s>>>(out, sg, u, mask, res, axis, N,
+                                                                     m0, rows, C);
   else
-    tri_out_fwd_kernel<1><<<mf_ew_blocks(rows * C), 256, 0, s>>>(out, sg, u, mask, axis, N, m0,
+    tri_out_fwd_kernel<1><<<mf_ew_blocks(rows * C), 256, 0, s>>>(out, sg, u, mask, res, axis, N, m0,
                                                                  rows, C);
   MF_CHECK_LAUNCH();
 }
@@ -927,6 +929,8 @@ extern "C" void mf_trimul_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
   tri_check(w, N, C, Ch, outgoing, rd);
   MF_ASSERT(out && saved && z && ws, "trimul_forward_cuda: NULL argument");
   const int64_t M = (int64_t)N * N, ldm = tri_ldm(M);
+  MF_ASSERT(!rd || !rd->res || rd->res == out || rd->res + M * C <= out || out + M * C <= rd->res,
+            "trimul_forward_cuda: the residual res must be out or not overlap it");
   const int K = 4 * Ch + C;
   tri_saved s;
   saved_carve(&s, saved, M, Ch);
@@ -965,9 +969,10 @@ extern "C" void mf_trimul_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
   /* Δz = σ(g) ⊙ (LN_out(T)·W_zᵀ), optionally out += mask ⊙ Δz: variant 2 in one wgmma
    * kernel over all rows (out_proj_wg.cu) where it takes the shape, else per chunk */
   const float *dmask = rd ? b.mask : NULL;
-  if (g_tri_variant == 2 && mf_trimul_out_wg_supported(C, Ch, ldm, out, s.t, b.sg, w->w_z, dmask)) {
+  if (g_tri_variant == 2 && mf_trimul_out_wg_supported(C, Ch, ldm, out, s.t, b.sg, w->w_z, dmask) &&
+      (uintptr_t)(rd ? rd->res : NULL) % 16 == 0) {
     mf_trimul_out_wg_cuda(out, s.mu_out, s.rs_out, s.t, ldm, w->ln_out_g, w->ln_out_b, w->w_z,
-                          b.sg, dmask, rd ? (int)rd->axis : 0, N, C, Ch, stream);
+                          b.sg, dmask, rd ? rd->res : NULL, rd ? (int)rd->axis : 0, N, C, Ch, stream);
     return;
   }
   for (int64_t r0 = 0; r0 < M; r0 += R) {
@@ -976,7 +981,8 @@ extern "C" void mf_trimul_forward_cuda(bf16 *out, void *saved, const bf16 *z, co
                  0, stream);
     mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, Ch, 1.0f, st->y, Ch, w->w_z, Ch, 0.0f, st->u,
                     MF_GEMM_OUT_F32, C);
-    launch_out_fwd(out, b.sg, st->u, dmask, rd ? (int)rd->axis : 0, N, r0, rows, C, stream);
+    launch_out_fwd(out, b.sg, st->u, dmask, rd ? rd->res : NULL, rd ? (int)rd->axis : 0, N, r0, rows,
+                   C, stream);
   }
 }
 

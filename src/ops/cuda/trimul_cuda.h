@@ -9,7 +9,7 @@
  *     fp32 accumulate, batch stride ldm) → T (Ch, ldm)
  *   → LN_out read channel-major, written row-major into a staging chunk → GEMM with W_z
  *   → epilogue out = σ ⊙ u, optionally fused with the residual add and row/column
- *     dropout (mf_resdrop_cuda: out += mask ⊙ Δz).
+ *     dropout (mf_resdrop_cuda: out += mask ⊙ Δz, or out = rd->res + mask ⊙ Δz).
  * Rows go through in chunks (mf_fusion_chunk_rows, bounded staging, made a multiple of 8
  * rows except the last chunk); only the contraction sees whole tensors. The chunk staging
  * lives in the backward's gradient planes that are dead in each phase, plus what it needs
@@ -66,7 +66,8 @@ size_t mf_trimul_cuda_saved_bytes(int N, int Ch);
 /* Bytes of the workspace the forward and the backward take. */
 size_t mf_trimul_cuda_workspace(int N, int C, int Ch);
 
-/* out (N, N, C) = Δz, or += mask ⊙ Δz with rd; saved filled for the backward;
+/* out (N, N, C) = Δz, or with rd out = res + mask ⊙ Δz (res = rd->res, NULL: out itself,
+ * +=); saved filled for the backward;
  * z (N, N, C); pm (N, N) or NULL; outgoing = 1 (Alg 12) or 0 (incoming, Alg 13). */
 void mf_trimul_forward_cuda(__nv_bfloat16 *out, void *saved, const __nv_bfloat16 *z,
                             const uint8_t *pm, const mf_trimul_cuda_weights *w, int N, int C,
