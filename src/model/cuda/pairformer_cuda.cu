@@ -252,6 +252,7 @@ static mf_resdrop_cuda resdrop(const mf_pairformer_config *c, mf_pairformer_rng 
   r.seed = rng.seed;
   r.stream = mf_rng_stream(rng.step, MF_RNG_DROPOUT, 4 * rng.block + (uint32_t)k);
   r.axis = k == 3 ? MF_DROPOUT_COLWISE : MF_DROPOUT_ROWWISE;
+  r.res = NULL; /* in place; the forward points it at the update's input */
   return r;
 }
 
@@ -270,12 +271,13 @@ void mf_pf_cuda_block_forward(bf16 *s_out, bf16 *z_out, void *saved, const bf16 
   const size_t zb = (size_t)M * c->c_z * sizeof(bf16), sbytes = (size_t)N * c->c_s * sizeof(bf16);
   const int Cz = c->c_z, Cs = c->c_s;
 
-  /* the four triangle updates: z_{k+1} = z_k + drop(U_k(z_k)), the op adding into a copy */
+  /* the four triangle updates: z_{k+1} = z_k + drop(U_k(z_k)), the op's epilogue reading the
+   * residual z_k where it lies (no copy of it into z_{k+1}'s buffer first) */
   prof_mark(0, st);
   const bf16 *zin = z;
   for (int k = 0; k < 4; k++) {
     mf_resdrop_cuda rd = resdrop(c, rng, k);
-    copy_dev(v.z[k], zin, zb, st);
+    rd.res = zin;
     if (k < 2)
       mf_trimul_forward_cuda(v.z[k], k == 0 ? v.tm_out : v.tm_in, zin, pm,
                              k == 0 ? &w->tri_out : &w->tri_in, N, Cz, c->c_mul, k == 0, &rd, ws,
@@ -289,10 +291,9 @@ void mf_pf_cuda_block_forward(bf16 *s_out, bf16 *z_out, void *saved, const bf16 
   }
   /* pair transition: z5 = z4 + PT(z4) */
   const mf_pf_cuda_transition *pt = &w->pair_trans;
-  copy_dev(v.z[4], v.z[3], zb, st);
-  mf_transition_forward_cuda(v.z[4], v.pt_mean, v.pt_rstd, v.z[3], pt->ln_g, pt->ln_b, pt->w_ab,
-                             pt->w_o, M, Cz, c->n_trans * Cz, MF_LN_FULL, 1, ws, ws_bytes, blas,
-                             st);
+  mf_transition_forward_res_cuda(v.z[4], v.z[3], v.pt_mean, v.pt_rstd, v.z[3], pt->ln_g, pt->ln_b,
+                                 pt->w_ab, pt->w_o, M, Cz, c->n_trans * Cz, MF_LN_FULL, ws,
+                                 ws_bytes, blas, st);
   copy_dev(z_out, v.z[4], zb, st);
   prof_mark(5, st);
 

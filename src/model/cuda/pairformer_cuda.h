@@ -138,7 +138,7 @@ void mf_pf_cuda_block_backward(__nv_bfloat16 *ds, __nv_bfloat16 *dz, const mf_pf
                                const mf_cuda_blas *blas, cudaStream_t stream);
 
 /* Where a block's time goes: with a profile enabled, the block forward and backward record
- * a CUDA event after each sub-layer (copy + op), synchronise at the end of the call and add
+ * a CUDA event after each sub-layer (its ops and copies), synchronise at the end of the call and add
  * the sub-layer times (ms) to the profile. The synchronisation makes profiled runs slightly
  * slower; it is for the benchmark's breakdown, off by default. Not thread-safe. */
 #define MF_PF_SUBLAYERS 7
