@@ -111,6 +111,20 @@ static void tr_bwd(void *p_) {
                               p->g, p->b, p->w1, p->w2, p->M, C_PAIR, 4 * C_PAIR, MF_LN_FULL,
                               p->ws, p->wsb, &g_blas, 0);
 }
+/* the adding backward (dinp += ∂/∂inp) into dx, and in place (dinp = dout = dx: the form the
+ * Pairformer block runs, its residual's gradient updated where it lies) */
+static void tr_bwd_add(void *p_) {
+  prob *p = (prob *)p_;
+  mf_transition_backward_add_cuda(p->dx, p->dg, p->db, p->dw1, p->dw2, p->dout, p->mean, p->rstd, p->x,
+                                  p->g, p->b, p->w1, p->w2, p->M, C_PAIR, 4 * C_PAIR, MF_LN_FULL,
+                                  p->ws, p->wsb, &g_blas, 0);
+}
+static void tr_bwd_inplace(void *p_) {
+  prob *p = (prob *)p_;
+  mf_transition_backward_add_cuda(p->dx, p->dg, p->db, p->dw1, p->dw2, p->dx, p->mean, p->rstd, p->x,
+                                  p->g, p->b, p->w1, p->w2, p->M, C_PAIR, 4 * C_PAIR, MF_LN_FULL,
+                                  p->ws, p->wsb, &g_blas, 0);
+}
 static void tm_fwd(void *p_) {
   prob *p = (prob *)p_;
   mf_trimul_forward_cuda(p->out, p->saved, p->x, NULL, &p->tw, p->N, C_PAIR, C_PAIR, 1, NULL, p->ws,
@@ -303,6 +317,12 @@ static void bench_n(int N) {
     p.wsb = mf_transition_cuda_workspace(M, C, Hd);
     p.ws = dev_zero(p.wsb);
     op_rows("transition", N, tr_fwd, tr_bwd, &p, act, 6.0 * M * C * Hd, (double)p.wsb + 8.0 * M);
+    /* the adding backward, and in place (dx starts as a copy of dout and grows rep by rep:
+     * timing only) */
+    row("transition[add]", N, "bwd", median_ms(tr_bwd_add, &p), 4 * act, 12.0 * M * C * Hd, (double)p.wsb);
+    MF_CHECK_CUDA(cudaMemcpy(p.dx, p.dout, (size_t)M * C * 2, cudaMemcpyDeviceToDevice));
+    row("transition[in-place]", N, "bwd", median_ms(tr_bwd_inplace, &p), 3 * act, 12.0 * M * C * Hd,
+        (double)p.wsb);
     MF_CHECK_CUDA(cudaFree(p.ws));
     MF_CHECK_CUDA(cudaFree(p.w1));
     MF_CHECK_CUDA(cudaFree(p.w2));
