@@ -454,19 +454,15 @@ static void test_transition_inplace(int64_t M, int C, int Hd, mf_ln_mode mode, u
    * Pairformer block's z5 = z4 + PT(z4)): res = inp and out a buffer of its own, then res a
    * third buffer; both bit-identical to the in-place run */
   mf_bf16_t *x_d = to_bf16(x, M * C), *o2_d = (mf_bf16_t *)dev_alloc(M * C * 2);
-  poison(o2_d, M * C * 2);
-  mf_transition_forward_res_cuda(o2_d, x_d, mean_d, rstd_d, x_d, g_d, b_d, Wab_d, Wo_d, M, C, Hd, mode,
-                                 ws, wsb, &g_blas, 0);
-  MF_CHECK_CUDA(cudaDeviceSynchronize());
-  MF_TEST(dev_same(o2_d, z_d, (size_t)M * C * 2),
-          "%s: out = inp + T(inp) into another buffer (res = inp) bit-identical", what);
-  mf_bf16_t *x2_d = to_bf16(x, M * C);
-  poison(o2_d, M * C * 2);
-  mf_transition_forward_res_cuda(o2_d, x2_d, mean_d, rstd_d, x_d, g_d, b_d, Wab_d, Wo_d, M, C, Hd, mode,
-                                 ws, wsb, &g_blas, 0);
-  MF_CHECK_CUDA(cudaDeviceSynchronize());
-  MF_TEST(dev_same(o2_d, z_d, (size_t)M * C * 2),
-          "%s: out = res + T(inp), res a copy of inp in a third buffer, bit-identical", what);
+  const mf_bf16_t *res_d[2] = {x_d, to_bf16(x, M * C)};
+  for (int r = 0; r < 2; r++) {
+    poison(o2_d, M * C * 2);
+    mf_transition_forward_res_cuda(o2_d, res_d[r], mean_d, rstd_d, x_d, g_d, b_d, Wab_d, Wo_d, M, C, Hd,
+                                   mode, ws, wsb, &g_blas, 0);
+    MF_CHECK_CUDA(cudaDeviceSynchronize());
+    MF_TEST(dev_same(o2_d, z_d, (size_t)M * C * 2), "%s: out = res + T(inp) into another buffer, %s, bit-identical",
+            what, r ? "res a copy of inp in a third buffer" : "res = inp");
+  }
   end_runs(runs, what);
   dev_free_all();
   mf_test_free_all();
