@@ -101,6 +101,15 @@ def median_ms(fn, pre=None, reps=20):
     for _ in range(3):
         if pre: pre()
         fn()
+    # then at least 25 ms of the op (triton.testing.do_bench's warm-up; bench/evofusion.cu
+    # does the same), so that clocks and caches settle after the previous op
+    if pre: pre()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record(); fn(); e1.record()
+    torch.cuda.synchronize()
+    for _ in range(min(int(25.0 / max(e0.elapsed_time(e1), 1e-3)) + 1, 100000)):
+        if pre: pre()
+        fn()
     torch.cuda.synchronize()
     ts = []
     for _ in range(reps):
