@@ -21,8 +21,9 @@
  * synchronising only among their own 128 threads (named barriers), so one group's
  * LayerNorm / epilogue overlaps another's GEMM and the groups drift apart freely. W is loaded once per CTA into shared memory in the swizzled
  * wgmma operand layout (wgmma_ptx.cuh) and stays resident. Each warpgroup's raw x rows
- * are cp.async'd NBUF (2–4, as shared memory allows, 1 for the 3-warpgroup gated kernel;
- * MF_LN_GEMM_WG_NBUF caps it) subtiles
+ * (a subtile's rows are contiguous: one bulk copy by the warpgroup's thread 0, completing
+ * on the buffer's mbarrier) are requested NBUF (2–4, as shared memory allows, 1 for the
+ * 3-warpgroup gated kernel; MF_LN_GEMM_WG_NBUF caps it) subtiles
  * ahead, so HBM reads stay in flight during the LayerNorm, GEMM and epilogue of the
  * current subtile (what the mma.sync kernel, latency-bound at 8 warps per SM, lacks).
  * Per subtile:
@@ -44,18 +45,23 @@
  * 0.101 ms at M = 768² (2.98 TB/s, 70 % of the copy bandwidth; two warpgroups 0.116 ms,
  * 61 %; the mma.sync kernel 0.146), 0.034 ms at 384² (two: 0.037); gated (two warpgroups)
  * 0.197 ms, 0.059 ms. With lg_ln_tile (lane pairs strided by 64) instead of lg_ln_tile_v
- * and two warpgroups: 0.133 ms, 54 %. */
+ * and two warpgroups: 0.133 ms, 54 %. The bulk copies replaced cp.async by every thread
+ * (2026-11-30 22:08 UTC, same binaries, three rounds, M = 768²): LN + Linear 0.105–0.110 →
+ * 0.105–0.106 ms, gated 0.160–0.161 → 0.155–0.158 ms, the triangle multiplication's
+ * backward 2.265–2.279 → 2.251–2.260 ms. */
 #include "ln_gemm_cuda.h"
 
 #include <stdlib.h>
 
 #include "fusion_util.cuh"
 #include "ln_tile.cuh"
+#include "tma_ptx.cuh"
 #include "wgmma_ptx.cuh"
 
 #define LW_SUB 64      /* rows per warpgroup subtile */
 #define LW_MAXBUF 4
 #define LW_SMEM_MAX (227 * 1024)
+#define LW_BARS (3 * LW_MAXBUF * 8) /* one mbarrier per warpgroup and raw buffer */
 
 /* Shared memory for NWG warpgroups (R = 64·NWG rows), byte offsets from a 1024-aligned
  * base (operand blocks 1024-aligned):
@@ -73,7 +79,8 @@ static __host__ __device__ inline int lw_osw(int O, int epi) {
 static size_t lw_smem_bytes(int C, int O, int epi, int nbuf, int nwg) {
   const size_t R = (size_t)LW_SUB * nwg, nacc = lw_gated(epi) ? 2 * (size_t)O : (size_t)O;
   return R * C * 2 + nacc * C * 2 + (size_t)nbuf * R * C * 2 + R * lw_osw(O, epi) * 2 +
-         (epi == 4 ? R * 64 * 2 : 0) + 1024; /* epilogue 4's dcm tiles; the alignment slack */
+         (epi == 4 ? R * 64 * 2 : 0) + LW_BARS + 1024; /* epilogue 4's dcm tiles; the raw
+                                                         * buffers' mbarriers; the slack */
 }
 /* Raw row buffers per warpgroup for nwg warpgroups: the most that fit (≤ LW_MAXBUF), capped
  * by MF_LN_GEMM_WG_NBUF (2..4) from the environment (read once; for the lab and the bench);
@@ -106,15 +113,6 @@ static int lw_nwg(int C, int O, int epi) {
                  lw_nbuf(C, O, epi, 3, lw_min_nb(epi, 3)) > 0
              ? 3
              : 2;
-}
-
-/* cp.async.wait_group with a run-time count n ≤ LW_MAXBUF of pending groups left. */
-static __device__ __forceinline__ void lw_wait_pending(int n) {
-  if (n >= 4) mf_cp_async_wait<4>();
-  else if (n == 3) mf_cp_async_wait<3>();
-  else if (n == 2) mf_cp_async_wait<2>();
-  else if (n == 1) mf_cp_async_wait<1>();
-  else mf_cp_async_wait<0>();
 }
 
 /* One pass of N accumulator columns (shared W rows n0 .. n0 + N) for the warpgroup's 64
@@ -278,6 +276,12 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
   const int tid = (int)(threadIdx.x & 127);
   const int64_t nsub = (M + LW_SUB - 1) / LW_SUB;
   const int64_t s0 = NWG * (int64_t)blockIdx.x + wg, stride = NWG * (int64_t)gridDim.x;
+  uint64_t *bars = (uint64_t *)(os + NWG * osb + (EPI == 4 ? NWG * 8192 : 0)); /* NWG × LW_MAXBUF */
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < NWG * LW_MAXBUF; i++) mf_mbar_init(mf_smem_u32(bars + i), 1);
+    mf_mbar_init_fence();
+  }
+  __syncthreads();
   float g[8], bb[8]; /* γ, β of the lane's 8 channels (lg_ln_tile_v) */
   lg_ln_params_v<C>(g, bb, gamma, beta, mode, lane);
 
@@ -292,12 +296,20 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
             w + (int64_t)src * C + p * 8);
   }
   mf_cp_async_commit();
-  for (int b = 0; b < nbuf; b++) { /* one group per subtile, empty past the end */
-    lg_load_tile<C>(xs + b * R * C + wg * LW_SUB * C, x, s0 + b * stride, nsub, M, LW_SUB,
-                    tid);
-    mf_cp_async_commit();
-  }
-  lw_wait_pending(nbuf); /* W landed */
+  /* the raw rows: one bulk copy (the TMA engine's linear copy) of a subtile's contiguous
+   * rows·C·2 bytes per buffer, by the warpgroup's thread 0, completing on the buffer's
+   * mbarrier (the LayerNorm rows kernels reached 71 % of the copy bandwidth with cp.async,
+   * 78 % with bulk copies: BENCHMARKS.md) */
+  const uint32_t bar_u = mf_smem_u32(bars) + 8u * (uint32_t)(wg * LW_MAXBUF);
+  auto load_raw = [&](int b, int64_t s) {
+    if (tid != 0 || s >= nsub) return;
+    const int64_t m0 = s * LW_SUB;
+    const uint32_t bytes = (uint32_t)((M - m0 < LW_SUB ? M - m0 : LW_SUB) * C * 2);
+    mf_mbar_expect_tx(bar_u + 8u * b, bytes);
+    mf_bulk_load(mf_smem_u32(xs + b * R * C + wg * LW_SUB * C), x + m0 * C, bytes, bar_u + 8u * b);
+  };
+  for (int b = 0; b < nbuf; b++) load_raw(b, s0 + b * stride);
+  mf_cp_async_wait<0>(); /* W landed */
   mf_fence_proxy_async();
   __syncthreads(); /* the last CTA-wide barrier: from here on each warpgroup runs alone */
 
@@ -305,19 +317,22 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
   unsigned char *osw = os + wg * osb;
   unsigned char *dsw = os + NWG * osb + wg * 8192; /* epilogue 4: NWG × (64 × 64) dcm tiles */
   int buf = 0;
+  uint32_t phase = 0; /* the parity of the buffers' current round, flipped after buffer nbuf − 1 */
   for (int64_t s = s0; s < nsub; s += stride) {
     const int64_t m0 = s * LW_SUB;
     const int rows = (int)(M - m0 < LW_SUB ? M - m0 : LW_SUB);
     bf16 *xb = xs + buf * R * C;
-    lw_wait_pending(nbuf - 1); /* this subtile's group */
-    mf_bar_wg(wg);             /* its rows visible; the previous subtile's stores done with os */
+    mf_mbar_wait(bar_u + 8u * buf, phase); /* this subtile's rows landed */
+    mf_bar_wg(wg); /* the previous subtile's stores done with os */
     /* rows 64·wg.. of the R-row layouts: warp index 4·wg + wl, row base m0 − 64·wg */
     lg_ln_tile_v<C, R>((bf16 *)xa, xb, mean, rstd, m0 - wg * LW_SUB, M, g, bb, mode, warp, lane);
     mf_fence_proxy_async();
     mf_bar_wg(wg); /* x̂ ready for wgmma; xb free */
-    lg_load_tile<C>(xb + wg * LW_SUB * C, x, s + nbuf * stride, nsub, M, LW_SUB, tid);
-    mf_cp_async_commit();
-    if (++buf == nbuf) buf = 0;
+    load_raw(buf, s + nbuf * stride);
+    if (++buf == nbuf) {
+      buf = 0;
+      phase ^= 1u;
+    }
 
     if constexpr (!lw_gated(EPI)) { /* output columns n0.. = shared W rows n0.. */
       int n0 = 0;
@@ -333,7 +348,6 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
                                 rows, M, O, ldm, j == 0, wg, wl, lane, dcm, dsw, ldo);
     }
   }
-  mf_cp_async_wait<0>();
 }
 
 extern "C" int mf_ln_gemm_wg_supported(int C, int O, int epilogue, mf_ln_mode mode,

@@ -1270,23 +1270,27 @@ typedef struct {
   float *part; /* (LN_BWD_MAX_BLOCKS, 2C) */
 } gl_ws;
 
-static int64_t gl_chunk(int64_t M, int C, int O) {
-  return mf_fusion_chunk_rows(M, (size_t)C * 6 + (size_t)O * 4);
+/* Rows per chunk: the staging path keeps y, [p | g] and the fp32 dy of a chunk; the fused
+ * backward (ln_gemm_bwd_cuda.h) only y and [dp | dg], so it takes one chunk where the
+ * staging path would take two (M = 768²) — one kernel tail and one dW GEMM fewer. */
+static int64_t gl_chunk(int64_t M, int C, int O, int fused) {
+  return mf_fusion_chunk_rows(M, (size_t)C * (fused ? 2 : 6) + (size_t)O * 4);
 }
 
-static size_t gl_carve(gl_ws *w, void *base, int64_t M, int C, int O) {
-  const int64_t R = gl_chunk(M, C, O);
+static size_t gl_carve(gl_ws *w, void *base, int64_t M, int C, int O, int fused) {
+  const int64_t R = gl_chunk(M, C, O, fused);
   mf_carver cv = {(char *)base, 0};
   w->y = (bf16 *)mf_carve(&cv, (size_t)R * C * sizeof(bf16));
   w->pg = (bf16 *)mf_carve(&cv, (size_t)R * 2 * O * sizeof(bf16));
-  w->dy = (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
+  w->dy = fused ? NULL : (float *)mf_carve(&cv, (size_t)R * C * sizeof(float));
   w->part = (float *)mf_carve(&cv, (size_t)LN_BWD_MAX_BLOCKS * 2 * C * sizeof(float));
   return cv.used;
 }
 
 extern "C" size_t mf_gated_linear_cuda_workspace(int64_t M, int C, int O) {
   gl_ws w;
-  return gl_carve(&w, NULL, M, C, O);
+  const size_t a = gl_carve(&w, NULL, M, C, O, 0), b = gl_carve(&w, NULL, M, C, O, 1);
+  return a > b ? a : b;
 }
 
 static void check_gl(int64_t M, int C, int O, mf_ln_mode mode, const bf16 *gamma, const bf16 *beta) {
@@ -1308,9 +1312,9 @@ extern "C" void mf_gated_linear_forward_cuda(bf16 *out, float *mean, float *rstd
                          stream))
     return;
   gl_ws w;
-  MF_ASSERT(gl_carve(&w, NULL, M, C, O) <= ws_bytes, "gated_linear_cuda: workspace too small");
-  gl_carve(&w, ws, M, C, O);
-  const int64_t R = gl_chunk(M, C, O);
+  MF_ASSERT(gl_carve(&w, NULL, M, C, O, 0) <= ws_bytes, "gated_linear_cuda: workspace too small");
+  gl_carve(&w, ws, M, C, O, 0);
+  const int64_t R = gl_chunk(M, C, O, 0);
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
     const bf16 *y = inp + r0 * C;
@@ -1339,15 +1343,14 @@ extern "C" void mf_gated_linear_backward_cuda(bf16 *dinp, float *dgamma, float *
   if (mode == MF_LN_NONE || ident) dgamma = NULL;
   if (mode != MF_LN_FULL) dbeta = NULL;
   const int need_dy = dinp || dgamma || dbeta;
-  gl_ws w;
-  MF_ASSERT(gl_carve(&w, NULL, M, C, O) <= ws_bytes, "gated_linear_cuda: workspace too small");
-  gl_carve(&w, ws, M, C, O);
-  const int64_t R = gl_chunk(M, C, O);
-  /* opt-in (off by default: measured slower): the fused kernel of ln_gemm_bwd_cuda.h —
-   * y, [p | g], [dp | dg], dy and the LN backward on chip; writes y and [dp | dg] for the
-   * dw_pg GEMM */
+  /* the fused kernel of ln_gemm_bwd_cuda.h where it applies — y, [p | g], [dp | dg], dy
+   * and the LN backward on chip; it writes y and [dp | dg] for the dw_pg GEMM */
   const int fused = !ident && (need_dy || dw_pg) &&
                     mf_ln_gemm_bwd_supported(MF_LGB_GATED, C, O, mode, inp, dout, w_pg, dinp);
+  gl_ws w;
+  MF_ASSERT(gl_carve(&w, NULL, M, C, O, fused) <= ws_bytes, "gated_linear_cuda: workspace too small");
+  gl_carve(&w, ws, M, C, O, fused);
+  const int64_t R = gl_chunk(M, C, O, fused);
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
     const bf16 *y = inp + r0 * C;
