@@ -1269,6 +1269,10 @@ int main(void) {
       test_gated(40000, 128, 128, MF_LN_SCALE, 1, 0, s += 20, 3);
       test_transition(40000, 128, 512, MF_LN_FULL, 1, 0, s += 20, 3);
       test_gated(40001, 128, 64, MF_LN_NONE, 0, 0, s += 20, 3);
+      /* one row, a partial second tile, a partial last tile with several tiles per CTA */
+      test_gated(1, 128, 128, MF_LN_FULL, 1, 0, s += 20, 3);
+      test_gated(65, 128, 128, MF_LN_SCALE, 0, 0, s += 20, 3);
+      test_gated(40001, 128, 128, MF_LN_FULL, 1, 0, s += 20, 3);
     }
   }
   mf_ln_gemm_bwd_set_variant(-1);
