@@ -325,11 +325,11 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
             hv[e] = si * b;
             d2v[e] = d * si;
             d1v[e] = d * b * sg * (1.0f + a * (1.0f - sg));
-          } else { /* a = p, b = g */
+          } else { /* a = p, b = g; σ by one tanh.approx (8 instructions a pair, not 11) */
             const float d = (e & 1 ? dov[e >> 1].y : dov[e >> 1].x) * mrow[e >> 1];
-            const float sg = mf_sigmoidf_fast(b);
+            const float sg = mf_sigmoidf_tanh(b);
             d1v[e] = d * sg;
-            d2v[e] = d * a * sg * (1.0f - sg);
+            d2v[e] = (d * a) * fmaf(-sg, sg, sg);
             hv[e] = 0.0f;
           }
         }
