@@ -266,20 +266,23 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
       const uint32_t wab_u = mf_smem_u32(wab0 + buf * L::WAB), wo_u = mf_smem_u32(wo0 + buf * L::WO);
 
       float ab[64], dh[SW ? 32 : 1];
+      const uint64_t dya = mf_wg_desc(ya_u), dwab = mf_wg_desc(wab_u);
       mf_wg_fence();
 #pragma unroll
       for (int k = 0; k < C / 16; k++) { /* [a | b] or [p | g] = y·[W_1; W_2]_jᵀ */
         const int kb = k / 4, kk = k % 4;
-        mf_wg_ss_n128(ab, mf_wg_desc(ya_u + kb * LG_BM * 128 + kk * 32),
-                      mf_wg_desc(wab_u + kb * 2 * TB_HC * 128 + kk * 32), k > 0);
+        mf_wg_ss_n128(ab, mf_wg_desc_off(dya, kb * LG_BM * 128 + kk * 32),
+                      mf_wg_desc_off(dwab, kb * 2 * TB_HC * 128 + kk * 32), k > 0);
       }
-      if constexpr (SW)
+      if constexpr (SW) {
+        const uint64_t dds = mf_wg_desc(ds_u), dwo = mf_wg_desc_mn(wo_u, TB_HC * 128);
 #pragma unroll
         for (int k = 0; k < C / 16; k++) { /* dh = dout·W_o[:, j]: B = the W_o chunk, MN-major */
           const int kb = k / 4, kk = k % 4;
-          mf_wg_ss_n64<1>(*(float(*)[32])dh, mf_wg_desc(ds_u + kb * LG_BM * 128 + kk * 32),
-                          mf_wg_desc_mn(wo_u + k * 2048, TB_HC * 128), k > 0);
+          mf_wg_ss_n64<1>(*(float(*)[32])dh, mf_wg_desc_off(dds, kb * LG_BM * 128 + kk * 32),
+                          mf_wg_desc_off(dwo, k * 2048), k > 0);
         }
+      }
       mf_wg_commit();
       mf_wg_wait<0>();
       mf_wg_pin(ab);
@@ -368,10 +371,10 @@ lgb_wg_kernel(bf16 *dinp, int add, float *__restrict__ part, bf16 *__restrict__ 
         }
       }
       if (dx_on) { /* dy += [da | db]·[W_a; W_b]_j: B = the chunk, MN-major */
+        const uint64_t dwab_mn = mf_wg_desc_mn(wab_u, 2 * TB_HC * 128);
         mf_wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < 8; kk++)
-          mf_wg_rs_n128<1>(acc, fr[kk], mf_wg_desc_mn(wab_u + kk * 2048, 2 * TB_HC * 128), 1);
+        for (int kk = 0; kk < 8; kk++) mf_wg_rs_n128<1>(acc, fr[kk], mf_wg_desc_off(dwab_mn, kk * 2048), 1);
         mf_wg_commit();
         mf_wg_wait<0>();
         mf_wg_pin(acc);

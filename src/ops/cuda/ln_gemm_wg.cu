@@ -140,12 +140,13 @@ static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, unsigned 
                            : make_uint4(0u, 0u, 0u, 0u);
     }
   }
+  const uint64_t da0 = mf_wg_desc(xa_u), db0 = mf_wg_desc(w_u + n0 * 128);
   mf_wg_fence();
 #pragma unroll
   for (int k = 0; k < C / 16; k++) {
     const int kb = k / 4, kk = k % 4;
-    const uint64_t da = mf_wg_desc(xa_u + kb * BR * 128 + kk * 32);
-    const uint64_t db = mf_wg_desc(w_u + kb * nacc * 128 + n0 * 128 + kk * 32);
+    const uint64_t da = mf_wg_desc_off(da0, kb * BR * 128 + kk * 32);
+    const uint64_t db = mf_wg_desc_off(db0, kb * nacc * 128 + kk * 32);
     if constexpr (N == 128) mf_wg_ss_n128(d, da, db, k > 0);
     else mf_wg_ss_n64(d, da, db, k > 0);
   }

@@ -266,11 +266,14 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
     };
     /* d (+)= the k16 blocks of hidden half hf (da: 2hf, 2hf + 1; db: 4 + 2hf, 5 + 2hf) of
      * [da | db]·W_ab,j, columns 64·c .. of dx̂_j (B MN-major) */
+    /* operand descriptors: the resident weights' once, the stage's per tile (mf_wg_desc_off) */
+    const uint64_t dwab = mf_wg_desc(su + L::wab), dwab_mn = mf_wg_desc_mn(su + L::wab, 128 * 128);
+    const uint64_t dwo_mn = mf_wg_desc_mn(su + L::wo, L::BLK);
     auto dxhat = [&](float(&d)[32], int hf, int c) {
 #pragma unroll
       for (int i = 0; i < 4; i++) {
         const int q = (i & 1) + 2 * hf + 4 * (i >> 1);
-        mf_wg_rs_n64<1>(d, fr[q], mf_wg_desc_mn(su + L::wab + c * (128 * 128) + q * 2048, 128 * 128), hf > 0 || i > 0);
+        mf_wg_rs_n64<1>(d, fr[q], mf_wg_desc_off(dwab_mn, c * (128 * 128) + q * 2048), hf > 0 || i > 0);
       }
     };
     for (int k = 0; k < K; k++) {
@@ -279,18 +282,18 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
       mf_mbar_wait(full(s), ph);
       mf_mbar_wait(xhb(s), ph);
       float ab[64], dh[32];
+      const uint64_t dxr = mf_wg_desc(sb + L::xr), ddy = mf_wg_desc(sb + L::dy);
       mf_wg_fence();
 #pragma unroll
       for (int q = 0; q < 8; q++) { /* [a | b] = x̂·W_ab,jᵀ */
         const int kb = q >> 2, kk = q & 3;
-        mf_wg_ss_n128(ab, mf_wg_desc(sb + L::xr + kb * L::BLK + kk * 32),
-                      mf_wg_desc(su + L::wab + kb * (128 * 128) + kk * 32), q > 0);
+        mf_wg_ss_n128(ab, mf_wg_desc_off(dxr, kb * L::BLK + kk * 32), mf_wg_desc_off(dwab, kb * (128 * 128) + kk * 32),
+                      q > 0);
       }
 #pragma unroll
       for (int q = 0; q < 8; q++) { /* dh = dout·W_o[:, j] (B MN-major) */
         const int kb = q >> 2, kk = q & 3;
-        mf_wg_ss_n64<1>(dh, mf_wg_desc(sb + L::dy + kb * L::BLK + kk * 32), mf_wg_desc_mn(su + L::wo + q * 2048, L::BLK),
-                        q > 0);
+        mf_wg_ss_n64<1>(dh, mf_wg_desc_off(ddy, kb * L::BLK + kk * 32), mf_wg_desc_off(dwo_mn, q * 2048), q > 0);
       }
       mf_wg_commit();
       mf_wg_wait<0>();
@@ -364,18 +367,20 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
     for (int k = 0; k < 2 && k < K; k++) make_xhat(k);
 
     float wa[64], wb[64]; /* dW_a,j, dW_b,j rows 16·wl + g8 (+ 8) */
+    const uint64_t ddd_mn = mf_wg_desc_mn(su + L::dd, L::BLK);
 #pragma unroll
     for (int i = 0; i < 64; i++) wa[i] = wb[i] = 0.0f;
     for (int k = 0; k < K; k++) {
       const int s = k % TC_NS;
       const uint32_t sb = su + L::stage + s * L::STAGE;
       mf_mbar_wait(hdb, (uint32_t)(k & 1));
+      const uint64_t dxr = mf_wg_desc_mn(sb + L::xr, L::BLK);
       mf_wg_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; kk++) { /* k = the tile's rows, 16 per step */
-        const uint64_t bx = mf_wg_desc_mn(sb + L::xr + kk * 2048, L::BLK);
-        mf_wg_ss_n128_tt(wa, mf_wg_desc_mn(su + L::dd + kk * 2048, L::BLK), bx, 1);
-        mf_wg_ss_n128_tt(wb, mf_wg_desc_mn(su + L::dd + L::BLK + kk * 2048, L::BLK), bx, 1);
+        const uint64_t bx = mf_wg_desc_off(dxr, kk * 2048);
+        mf_wg_ss_n128_tt(wa, mf_wg_desc_off(ddd_mn, kk * 2048), bx, 1);
+        mf_wg_ss_n128_tt(wb, mf_wg_desc_off(ddd_mn, L::BLK + kk * 2048), bx, 1);
       }
       mf_wg_commit();
       mf_wg_wait<0>();
@@ -410,6 +415,7 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
 #pragma unroll
     for (int e = 0; e < 4; e++) gl[e] = ((const float *)(sm + L::gb))[c0 + (e & 1) + 8 * (e >> 1)];
     float wo[2][32]; /* dW_o rows (C) 64·mh + 16·wl + g8 (+ 8), hidden columns of the chunk */
+    const uint64_t dhh_mn = mf_wg_desc_mn(su + L::hh, L::BLK);
 #pragma unroll
     for (int i = 0; i < 32; i++) wo[0][i] = wo[1][i] = 0.0f;
     if (tid == 256)
@@ -420,13 +426,13 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
       const uint32_t ph = (uint32_t)((k / TC_NS) & 1), sb = su + L::stage + s * L::STAGE;
       const int64_t t = cid + (int64_t)k * ncl;
       mf_mbar_wait(hdb, (uint32_t)(k & 1));
+      const uint64_t ddy = mf_wg_desc_mn(sb + L::dy, L::BLK);
       mf_wg_fence();
 #pragma unroll
       for (int mh = 0; mh < 2; mh++) /* dW_o[:, chunk] += doutᵀ·h: both MN-major */
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
-          mf_wg_ss_n64_tt(wo[mh], mf_wg_desc_mn(sb + L::dy + mh * L::BLK + kk * 2048, L::BLK),
-                          mf_wg_desc_mn(su + L::hh + kk * 2048, L::BLK), 1);
+          mf_wg_ss_n64_tt(wo[mh], mf_wg_desc_off(ddy, mh * L::BLK + kk * 2048), mf_wg_desc_off(dhh_mn, kk * 2048), 1);
       mf_wg_commit();
       /* while they run: the owned rows' x (and old dinp) from global memory (L2: the tile
        * was just read) */

@@ -59,6 +59,15 @@ static __device__ __forceinline__ uint64_t mf_wg_desc_mn(uint32_t saddr, uint32_
          ((uint64_t)((sbo >> 4) & 0x3FFFu) << 32) | ((uint64_t)1 << 62);
 }
 
+/* The descriptor of the operand `off` bytes (a multiple of 16) past the one desc describes,
+ * by one 32-bit add: the start-address field is (address >> 4) in bits 0–13, and no shared
+ * address reaches 2¹⁸, so the sum never carries into the other fields. Building each
+ * descriptor from its address took five uniform instructions (add, mask, shift, or, the
+ * constant high word) in front of every wgmma (dev/cuda/README.md step 27). */
+static __device__ __forceinline__ uint64_t mf_wg_desc_off(uint64_t desc, uint32_t off) {
+  return ((desc >> 32) << 32) | (uint32_t)((uint32_t)desc + (off >> 4));
+}
+
 /* Matrix descriptor with the 64-byte swizzle (layout type 2; the pattern TMA's
  * CU_TENSOR_MAP_SWIZZLE_64B writes, mf_sw64 in tma_ptx.cuh: chunk ^= (row / 2) % 4 on
  * 512-byte-aligned 8-row atoms of 64-byte rows). K-major: rows of 32 k (sbo = 512 between
