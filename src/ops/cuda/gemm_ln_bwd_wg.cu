@@ -143,11 +143,12 @@ static __device__ __forceinline__ void gl_wait_dist(int dist) {
  * address su, 4 × wgmma m64n128k16, committed, not waited for. */
 static __device__ __forceinline__ void gl_step_mma(float (&acc)[GL_C / 2], uint32_t su, int wg) {
   typedef gl_layout L;
+  /* operand descriptors: the stage's once per step, each k16 block's from them (mf_wg_desc_off) */
+  const uint64_t dd = mf_wg_desc(su + wg * 64 * 128), dw = mf_wg_desc_mn(su + L::DB, GL_BK * 128);
   mf_wg_fence();
 #pragma unroll
   for (int kk = 0; kk < GL_BK / 16; kk++)
-    mf_wg_ss_n128<1>(acc, mf_wg_desc(su + wg * 64 * 128 + kk * 32),
-                     mf_wg_desc_mn(su + L::DB + kk * 2048, GL_BK * 128), 1);
+    mf_wg_ss_n128<1>(acc, mf_wg_desc_off(dd, kk * 32), mf_wg_desc_off(dw, kk * 2048), 1);
   mf_wg_commit();
 }
 

@@ -145,6 +145,8 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
   const int q = lane & 3;
   const int64_t M = p.M, ntiles = (M + LG_BM - 1) / LG_BM;
   const uint32_t wt_u = mf_smem_u32(sm + L::wt), ys_u = mf_smem_u32(sm + L::ys);
+  /* operand descriptors: Wᵀ's once, the tile's per tile (mf_wg_desc_off) */
+  const uint64_t dwt = mf_wg_desc(wt_u);
 
   for (int c = tid; c < C; c += LW_THREADS) sg[c] = p.mode == MF_LN_NONE ? 1.0f : mf_bf16_to_f32(p.gamma[c]);
   /* Wᵀ: element (c, o) at block o/64, swizzled row c */
@@ -218,23 +220,25 @@ static __global__ void __launch_bounds__(LW_THREADS, 1) lw_kernel(const lw_param
 
     /* 2. dy = dout·W (this warpgroup's 64 rows); G_acc += doutᵀ·x̂ (all 128 rows) */
     float dy[C / 2];
+    const uint64_t ddb = mf_wg_desc(db_u + wg * 64 * 128);
     mf_wg_fence();
     {
 #pragma unroll
       for (int k = 0; k < O / 16; k++) {
         const int kb = k / 4, kk = k % 4;
-        mf_wg_ss_n128(dy, mf_wg_desc(db_u + kb * (LG_BM * 128) + wg * 64 * 128 + kk * 32),
-                      mf_wg_desc(wt_u + kb * (C * 128) + kk * 32), k > 0);
+        mf_wg_ss_n128(dy, mf_wg_desc_off(ddb, kb * (LG_BM * 128) + kk * 32),
+                      mf_wg_desc_off(dwt, kb * (C * 128) + kk * 32), k > 0);
       }
       mf_wg_commit();
     }
     {
       const uint32_t a_u = db_u + (O == 128 ? wg : 0) * (LG_BM * 128);
       const uint32_t b_u = ys_u + (O == 128 ? 0 : wg) * (LG_BM * 128);
+      const uint64_t da0 = mf_wg_desc_mn(a_u, LG_BM * 128), db0 = mf_wg_desc_mn(b_u, LG_BM * 128);
 #pragma unroll
       for (int k = 0; k < LG_BM / 16; k++) {
-        const uint64_t da = mf_wg_desc_mn(a_u + k * 2048, LG_BM * 128);
-        const uint64_t dbd = mf_wg_desc_mn(b_u + k * 2048, LG_BM * 128);
+        const uint64_t da = mf_wg_desc_off(da0, k * 2048);
+        const uint64_t dbd = mf_wg_desc_off(db0, k * 2048);
         if constexpr (O == 128) mf_wg_ss_n128_tt(dw, da, dbd, 1);
         else mf_wg_ss_n64_tt(dw, da, dbd, 1);
       }

@@ -323,6 +323,8 @@ static __global__ void __launch_bounds__(128 * TO_NWG, 1) out_proj_wg_kernel(con
   __syncthreads(); /* W, γ, β visible to all; from here on each warpgroup runs alone */
 
   const uint32_t w_u = mf_smem_u32(ws);
+  /* operand descriptors: W's once, the A tile's per subtile (mf_wg_desc_off) */
+  const uint64_t dw = mf_wg_desc(w_u);
   int buf = 0;
   for (int64_t s = s0; s < nsub; s += stride, buf ^= 1) {
     const int64_t r0 = s * TO_SUB, m0 = p.m_base + r0;
@@ -347,12 +349,13 @@ static __global__ void __launch_bounds__(128 * TO_NWG, 1) out_proj_wg_kernel(con
      * (PLAIN), W K-major */
     float d[64];
     const uint32_t a_u = mf_smem_u32(tile);
+    const uint64_t da = MODE != TO_PLAIN ? mf_wg_desc_mn(a_u, TO_TILE) : mf_wg_desc(a_u);
     mf_wg_fence();
 #pragma unroll
     for (int k = 0; k < TO_C / 16; k++) {
-      const uint64_t db = mf_wg_desc(w_u + (k / 4) * (TO_C * 128) + (k % 4) * 32);
-      if constexpr (MODE != TO_PLAIN) mf_wg_ss_n128<0, 1>(d, mf_wg_desc_mn(a_u + k * 2048, TO_TILE), db, k > 0);
-      else mf_wg_ss_n128<0, 0>(d, mf_wg_desc(a_u + (k / 4) * (TO_SUB * 128) + (k % 4) * 32), db, k > 0);
+      const uint64_t db = mf_wg_desc_off(dw, (k / 4) * (TO_C * 128) + (k % 4) * 32);
+      if constexpr (MODE != TO_PLAIN) mf_wg_ss_n128<0, 1>(d, mf_wg_desc_off(da, k * 2048), db, k > 0);
+      else mf_wg_ss_n128<0, 0>(d, mf_wg_desc_off(da, (k / 4) * (TO_SUB * 128) + (k % 4) * 32), db, k > 0);
     }
     mf_wg_commit();
     if constexpr (MODE == TO_TRI_BWD) to_store_y(p.y, p.ldy, tile, r0, rows, tid); /* during the GEMM */

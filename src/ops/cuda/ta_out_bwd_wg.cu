@@ -192,6 +192,8 @@ static __global__ void __launch_bounds__(256, 1) ta_out_bwd_kernel(const tb_para
   mf_cp_async_commit();
 
   const uint32_t w_u = mf_smem_u32(ws);
+  /* operand descriptors: W_o's once, the stage's per subtile (mf_wg_desc_off) */
+  const uint64_t dwo = mf_wg_desc_mn(w_u + wg * (TB_C * 128), TB_C * 128);
   float dw[64]; /* dW_o rows 64·wg + 16·warp + lane/4 (+8), columns 8i + 2(lane % 4) (+1) */
 #pragma unroll
   for (int i = 0; i < 64; i++) dw[i] = 0.0f;
@@ -219,16 +221,16 @@ static __global__ void __launch_bounds__(256, 1) ta_out_bwd_kernel(const tb_para
     /* dO (64 × 64: this warpgroup's columns) = dd·W_o; dW_o (64 × 128) += dd[:, block]ᵀ·o */
     float d[32];
     const uint32_t dd_u = mf_smem_u32(dd), o_u = mf_smem_u32(ot);
+    const uint64_t ddd = mf_wg_desc(dd_u);
     mf_wg_fence();
 #pragma unroll
     for (int k = 0; k < TB_C / 16; k++)
-      mf_wg_ss_n64<1>(d, mf_wg_desc(dd_u + (k / 4) * TB_BLK + (k % 4) * 32),
-                      mf_wg_desc_mn(w_u + wg * (TB_C * 128) + k * 2048, TB_C * 128), k > 0);
+      mf_wg_ss_n64<1>(d, mf_wg_desc_off(ddd, (k / 4) * TB_BLK + (k % 4) * 32), mf_wg_desc_off(dwo, k * 2048), k > 0);
     if (want_dw) {
+      const uint64_t ddd_mn = mf_wg_desc_mn(dd_u + wg * TB_BLK, TB_BLK), dot = mf_wg_desc_mn(o_u, TB_BLK);
 #pragma unroll
       for (int k = 0; k < TB_SUB / 16; k++)
-        mf_wg_ss_n128_tt(dw, mf_wg_desc_mn(dd_u + wg * TB_BLK + k * 2048, TB_BLK),
-                         mf_wg_desc_mn(o_u + k * 2048, TB_BLK), 1);
+        mf_wg_ss_n128_tt(dw, mf_wg_desc_off(ddd_mn, k * 2048), mf_wg_desc_off(dot, k * 2048), 1);
     }
     mf_wg_commit();
     mf_wg_wait<0>();

@@ -112,6 +112,9 @@ transition_wg_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__ rs
       mf_fence_proxy_async();
       __syncthreads();
       const uint32_t wab_u = mf_smem_u32(wab0 + buf * L::WAB), wo_u = mf_smem_u32(wo0 + buf * L::WO);
+      /* operand descriptors: x̂'s and the weight buffer's once per chunk, each k16 block's from
+       * them (mf_wg_desc_off) */
+      const uint64_t dxa = mf_wg_desc(xa_u), dwab = mf_wg_desc(wab_u), dwo = mf_wg_desc(wo_u);
 
       /* [a | b] = x̂·[W_a; W_b]_jᵀ: accumulator columns 0..63 a, 64..127 b */
       float ab[64];
@@ -119,8 +122,8 @@ transition_wg_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__ rs
 #pragma unroll
       for (int k = 0; k < C / 16; k++) {
         const int kb = k / 4, kk = k % 4;
-        mf_wg_ss_n128(ab, mf_wg_desc(xa_u + kb * LG_BM * 128 + kk * 32),
-                      mf_wg_desc(wab_u + kb * 2 * TW_HC * 128 + kk * 32), k > 0);
+        mf_wg_ss_n128(ab, mf_wg_desc_off(dxa, kb * LG_BM * 128 + kk * 32),
+                      mf_wg_desc_off(dwab, kb * 2 * TW_HC * 128 + kk * 32), k > 0);
       }
       mf_wg_commit();
       mf_wg_wait<0>();
@@ -146,7 +149,7 @@ transition_wg_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__ rs
       /* out_acc += h_j·W_o[:, j]ᵀ */
       mf_wg_fence();
 #pragma unroll
-      for (int kk = 0; kk < TW_HC / 16; kk++) mf_wg_rs_n128(acc, hf[kk], mf_wg_desc(wo_u + kk * 32), 1);
+      for (int kk = 0; kk < TW_HC / 16; kk++) mf_wg_rs_n128(acc, hf[kk], mf_wg_desc_off(dwo, kk * 32), 1);
       mf_wg_commit();
       mf_wg_wait<0>(); /* before the barrier that lets the next prefetch overwrite buf */
       mf_wg_pin(acc);

@@ -137,6 +137,11 @@ static __global__ void __launch_bounds__(256, 1) trimul_ph1_kernel(const t1_para
   mf_cp_async_commit();
 
   const uint32_t w_u = mf_smem_u32(ws), y_u = mf_smem_u32(yt), du_u = mf_smem_u32(dut);
+  /* operand descriptors: W_z's, y's and du's (fixed buffers) once, each k16 block's from them
+   * (mf_wg_desc_off) */
+  const uint64_t dwz = mf_wg_desc(w_u + wg * T1_BLK), dwz_mn = mf_wg_desc_mn(w_u + wg * (T1_C * 128), T1_C * 128);
+  const uint64_t dy_mn = mf_wg_desc_mn(y_u, T1_TILE), dyk = mf_wg_desc(y_u);
+  const uint64_t ddu = mf_wg_desc(du_u), ddu_mn = mf_wg_desc_mn(du_u + wg * T1_BLK, T1_BLK);
   float dw[64]; /* dW_z rows 64·wg + 16·warp + lane/4 (+8), channels 8i + 2(lane % 4) (+1) */
   float pg[16], pb[16]; /* Σ dy⊙x̂, Σ dy of this thread's 16 channels 64·wg + 8i + 2(lane % 4) + e */
 #pragma unroll
@@ -203,8 +208,8 @@ static __global__ void __launch_bounds__(256, 1) trimul_ph1_kernel(const t1_para
     mf_wg_fence();
 #pragma unroll
     for (int k = 0; k < T1_C / 16; k++)
-      mf_wg_ss_n64<0, 1>(u, mf_wg_desc_mn(y_u + k * 2048, T1_TILE),
-                         mf_wg_desc(w_u + (k / 4) * (T1_C * 128) + wg * T1_BLK + (k % 4) * 32), k > 0);
+      mf_wg_ss_n64<0, 1>(u, mf_wg_desc_off(dy_mn, k * 2048), mf_wg_desc_off(dwz, (k / 4) * (T1_C * 128) + (k % 4) * 32),
+                         k > 0);
     mf_wg_commit();
     mf_wg_wait<0>();
     mf_wg_pin(u);
@@ -238,13 +243,12 @@ static __global__ void __launch_bounds__(256, 1) trimul_ph1_kernel(const t1_para
     mf_wg_fence();
 #pragma unroll
     for (int k = 0; k < T1_C / 16; k++)
-      mf_wg_ss_n64<1>(dy, mf_wg_desc(du_u + (k / 4) * T1_BLK + (k % 4) * 32),
-                      mf_wg_desc_mn(w_u + wg * (T1_C * 128) + k * 2048, T1_C * 128), k > 0);
+      mf_wg_ss_n64<1>(dy, mf_wg_desc_off(ddu, (k / 4) * T1_BLK + (k % 4) * 32), mf_wg_desc_off(dwz_mn, k * 2048),
+                      k > 0);
     if (want_dw) {
 #pragma unroll
       for (int k = 0; k < T1_SUB / 16; k++)
-        mf_wg_ss_n128<0, 1>(dw, mf_wg_desc_mn(du_u + wg * T1_BLK + k * 2048, T1_BLK),
-                            mf_wg_desc(y_u + k * 32), 1);
+        mf_wg_ss_n128<0, 1>(dw, mf_wg_desc_off(ddu_mn, k * 2048), mf_wg_desc_off(dyk, k * 32), 1);
     }
     mf_wg_commit();
     mf_wg_wait<0>();
