@@ -95,6 +95,15 @@ void mf_ln_gemm_wg_gated_bwd_cuda(__nv_bfloat16 *out, int64_t ldo, const __nv_bf
                                   const __nv_bfloat16 *gamma, const __nv_bfloat16 *beta,
                                   const __nv_bfloat16 *w, const uint8_t *mask, int64_t M, int C,
                                   int O, mf_ln_mode mode, cudaStream_t stream);
+/* The plain epilogue (0) into the first columns of a wider row-major matrix: out (M, ldo),
+ * of the O computed columns (w (O, C)) only columns 0 .. ncols − 1 stored (ncols <= O and
+ * ldo, multiples of 8; out 16-byte aligned); the rest of each row untouched. (The triangle
+ * attention writes its 520-column projection P in two such calls.) */
+void mf_ln_gemm_wg_ld_cuda(__nv_bfloat16 *out, int64_t ldo, int ncols, float *mean, float *rstd,
+                           const __nv_bfloat16 *x, const __nv_bfloat16 *gamma,
+                           const __nv_bfloat16 *beta, const __nv_bfloat16 *w,
+                           const __nv_bfloat16 *bias, int64_t M, int C, int O, mf_ln_mode mode,
+                           cudaStream_t stream);
 /* Warpgroups per CTA of mf_ln_gemm_wg_cuda's plain (epilogue 0) kernel: 3 (the default)
  * where shared memory holds them, or 2 (the lab's A/B; both give the same results bit for
  * bit). Returns the previous setting. */

@@ -31,8 +31,10 @@
  *                                             A layout; the raw buffer is then refilled;
  *   per pass of N accumulator columns (N = 128, or 64 for a plain remainder):
  *     d (64 × N fp32) = x̂·W[n0 .. n0 + N]ᵀ  C/16 × wgmma m64nNk16, A and B from shared memory;
- *     epilogue in registers → bf16 staged in shared memory → 16-byte stores (rows ≥ M
- *     never stored).
+ *     epilogue in registers → bf16 staged in shared memory (64 × 64 blocks in the
+ *     128-byte swizzle) → one TMA store per block by the warpgroup's thread 0 (the map
+ *     clips rows ≥ M; lw_tma_store_on says for which kernels), or 16-byte stores by all
+ *     128 threads. A stored block is rewritten only after the store has read it.
  * For epilogues 1/2 the resident W is stored with its halves interleaved per 64 output
  * columns (shared rows 128j .. 128j + 63 = W_p / W_a rows 64j.., the next 64 = W_g / W_b
  * rows 64j..), so one m64n128 accumulator holds p | g (a | b) of 64 output columns.
@@ -52,6 +54,7 @@
 #include "ln_gemm_cuda.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "fusion_util.cuh"
 #include "ln_tile.cuh"
@@ -127,7 +130,8 @@ static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, unsigned 
                                                const uint8_t *__restrict__ mask, int64_t m0,
                                                int rows, int64_t M, int O, int64_t ldm, int first,
                                                int wg, int wl, int lane, const bf16 *__restrict__ dcm,
-                                               unsigned char *ds, int64_t ldo) {
+                                               unsigned char *ds, int64_t ldo, int ost,
+                                               const CUtensorMap *omap, int tst) {
   static_assert(!lw_gated(EPI) || N == 128, "lw_pass: gated / SwiGLU passes are m64n128");
   constexpr int NO = lw_gated(EPI) ? N / 2 : N;
   float d[N / 2];
@@ -153,7 +157,10 @@ static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, unsigned 
   mf_wg_commit();
   mf_wg_wait<0>();
   mf_wg_pin(d);
-  if (!first) mf_bar_wg(wg); /* the previous pass's stores have read os (epilogue 4: and ds) */
+  if (!first) { /* the previous pass's stores have read os (epilogue 4: and ds) */
+    if (tst && (threadIdx.x & 127) == 0) mf_bulk_wait_read();
+    mf_bar_wg(wg);
+  }
   if constexpr (EPI == 4) { /* the dcm tile transposed: column c's 64 rows at c·128, chunks swizzled */
 #pragma unroll
     for (int q = 0; q < 4; q++) {
@@ -215,7 +222,23 @@ static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, unsigned 
       }
     }
   }
+  if (tst) mf_fence_proxy_async(); /* the staged blocks visible to the TMA unit */
   mf_bar_wg(wg);
+  if constexpr (EPI != 4) {
+    if (tst) { /* one thread stores the staged 64 × 64 blocks by TMA (the map clips rows >= M,
+                * row-major columns >= ost); os is rewritten after mf_bulk_wait_read */
+      if ((threadIdx.x & 127) == 0) {
+        const uint32_t os_u = mf_smem_u32(os);
+#pragma unroll
+        for (int b = 0; b < NO / 64; b++) {
+          if (CM) mf_tma_store_2d(omap, (int)m0, oc0 + 64 * b, os_u + b * 8192);
+          else if (oc0 + 64 * b < ost) mf_tma_store_2d(omap, oc0 + 64 * b, (int)m0, os_u + b * 8192);
+        }
+        mf_bulk_commit();
+      }
+      return;
+    }
+  }
   if constexpr (CM) { /* 8 threads per column: its 64 rows as one 128-byte line */
 #pragma unroll 4
     for (int i = 0; i < NO * 8 / 128; i++) {
@@ -250,8 +273,8 @@ static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, unsigned 
   for (int i = 0; i < LW_SUB * CPR / 128; i++) {
     const int idx = (int)(threadIdx.x & 127) + i * 128;
     const int r = idx / CPR, ch = idx % CPR;
-    if (r < rows)
-      *(uint4 *)(out + (m0 + r) * O + oc0 + ch * 8) =
+    if (r < rows && oc0 + ch * 8 < ost)
+      *(uint4 *)(out + (m0 + r) * ldo + oc0 + ch * 8) =
           *(const uint4 *)(os + (ch / 8) * 8192 + mf_sw128_chunk(r, ch % 8));
   }
 }
@@ -262,8 +285,10 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
                   const bf16 *__restrict__ x, const bf16 *__restrict__ gamma,
                   const bf16 *__restrict__ beta, const bf16 *__restrict__ w,
                   const bf16 *__restrict__ bias, const uint8_t *__restrict__ mask, int64_t M,
-                  int O, int64_t ldm, int mode, int nbuf, const bf16 *__restrict__ dcm, int64_t ldo) {
-  /* out (M, O), or (O, ldm) channel-major when ldm > 0; mean, rstd (M); x (M, C);
+                  int O, int64_t ldm, int mode, int nbuf, const bf16 *__restrict__ dcm, int64_t ldo,
+                  int ost, const __grid_constant__ CUtensorMap omap, int tst) {
+  /* out (M, ldo) of which columns 0 .. ost − 1 are stored (row-major epilogues 0 and 3; the
+   * others store all O), or (O, ldm) channel-major when ldm > 0; mean, rstd (M); x (M, C);
    * gamma, beta (C); w (nacc, C); bias (O); mask (M) */
   extern __shared__ unsigned char lw_raw[];
   unsigned char *sm = lw_raw + ((1024u - (mf_smem_u32(lw_raw) & 1023u)) & 1023u);
@@ -324,6 +349,7 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
     const int rows = (int)(M - m0 < LW_SUB ? M - m0 : LW_SUB);
     bf16 *xb = xs + buf * R * C;
     mf_mbar_wait(bar_u + 8u * buf, phase); /* this subtile's rows landed */
+    if (tst && tid == 0) mf_bulk_wait_read();
     mf_bar_wg(wg); /* the previous subtile's stores done with os */
     /* rows 64·wg.. of the R-row layouts: warp index 4·wg + wl, row base m0 − 64·wg */
     lg_ln_tile_v<C, R>((bf16 *)xa, xb, mean, rstd, m0 - wg * LW_SUB, M, g, bb, mode, warp, lane);
@@ -339,16 +365,17 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
       int n0 = 0;
       for (; n0 + 128 <= O; n0 += 128)
         lw_pass<C, EPI, 128, R, CM>(out, osw, xa_u, w_u, nacc, n0, n0, bias, mask, m0, rows, M, O,
-                                ldm, n0 == 0, wg, wl, lane, dcm, dsw, ldo);
+                                ldm, n0 == 0, wg, wl, lane, dcm, dsw, ldo, ost, &omap, tst);
       if (n0 < O) /* O % 128 == 64: one m64n64 pass */
         lw_pass<C, EPI, 64, R, CM>(out, osw, xa_u, w_u, nacc, n0, n0, bias, mask, m0, rows, M, O,
-                               ldm, n0 == 0, wg, wl, lane, dcm, dsw, ldo);
+                               ldm, n0 == 0, wg, wl, lane, dcm, dsw, ldo, ost, &omap, tst);
     } else { /* output columns 64j.. = shared W rows 128j.. (p | g or a | b) */
       for (int j = 0; j < O / 64; j++)
         lw_pass<C, EPI, 128, R, CM>(out, osw, xa_u, w_u, nacc, 128 * j, 64 * j, bias, mask, m0,
-                                rows, M, O, ldm, j == 0, wg, wl, lane, dcm, dsw, ldo);
+                                rows, M, O, ldm, j == 0, wg, wl, lane, dcm, dsw, ldo, ost, &omap, tst);
     }
   }
+  if (tst && tid == 0) mf_bulk_wait_all(); /* the TMA stores done before the CTA exits */
 }
 
 extern "C" int mf_ln_gemm_wg_supported(int C, int O, int epilogue, mf_ln_mode mode,
@@ -366,20 +393,48 @@ typedef struct {
   const bf16 *x, *gamma, *beta, *w, *bias, *dcm;
   const uint8_t *mask;
   int64_t M, ldm, ldo;
-  int O, mode;
+  int O, mode, ost; /* ost: the row-major plain / sigmoid epilogues' stored columns (<= O) */
 } lw_args;
+
+/* The TMA store epilogue (epilogues 0–3) for the kernels in MF_LN_GEMM_WG_TMA_STORE's mask
+ * (read once; for A/B runs): 1 row-major out with three warpgroups, 2 row-major with two, 4
+ * channel-major; default 5. Also off where the driver refuses the map. Its thread-issued form,
+ * 16-byte st.global by all 128 threads of a warpgroup, stays for epilogue 4, the two-warpgroup
+ * row-major kernels and as the fallback. Measured per kernel in one block step at N = 768
+ * (H200, 2026-11-30 23:33 UTC, ncu, mask 0 against 7): channel-major gated 169 → 153 µs,
+ * row-major sigmoid (three warpgroups) 124 → 116, LN + Linear (three) 40 → 36, but the
+ * triangle attention's two-warpgroup O = 384 projection 266 → 275 µs; hence 5. */
+static int lw_tma_store_on(int nwg, bool cm) {
+  static int mask = -1;
+  if (mask < 0) {
+    const char *e = getenv("MF_LN_GEMM_WG_TMA_STORE");
+    mask = e ? atoi(e) & 7 : 5;
+  }
+  return mask & (cm ? 4 : nwg == 3 ? 1 : 2);
+}
 
 template <int C, int EPI, int NWG, bool CM>
 static void lw_launch_n(const lw_args &a, cudaStream_t s) {
   const int nbuf = lw_nbuf(C, a.O, EPI, NWG, lw_min_nb(EPI, NWG));
   const size_t smem = lw_smem_bytes(C, a.O, EPI, nbuf, NWG);
+  /* out as 64 × 64 boxes in the staging's 128-byte swizzle: (ost columns, M rows) at row
+   * stride ldo, or channel-major (M, O) at channel stride ldm */
+  CUtensorMap omap;
+  memset(&omap, 0, sizeof omap);
+  int tst = 0;
+  if (EPI != 4 && lw_tma_store_on(NWG, CM)) {
+    const uint64_t dims[2] = {CM ? (uint64_t)a.M : (uint64_t)a.ost, CM ? (uint64_t)a.O : (uint64_t)a.M};
+    const uint64_t strides[1] = {(uint64_t)(CM ? a.ldm : a.ldo) * 2};
+    const uint32_t box[2] = {64, 64};
+    tst = mf_tma_encode_bf16(&omap, a.out, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B) == 0;
+  }
   MF_CHECK_CUDA(cudaFuncSetAttribute(ln_gemm_wg_kernel<C, EPI, NWG, CM>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const int64_t ntile = (a.M + NWG * LW_SUB - 1) / (NWG * LW_SUB); /* a subtile per warpgroup */
   const int grid = (int)(ntile < mf_sm_count() ? ntile : mf_sm_count());
   ln_gemm_wg_kernel<C, EPI, NWG, CM><<<grid, 128 * NWG, smem, s>>>(
       a.out, a.mean, a.rstd, a.x, a.gamma, a.beta, a.w, a.bias, a.mask, a.M, a.O, a.ldm, a.mode,
-      nbuf, a.dcm, a.ldo);
+      nbuf, a.dcm, a.ldo, a.ost, omap, tst);
   MF_CHECK_LAUNCH();
 }
 
@@ -429,7 +484,7 @@ extern "C" void mf_ln_gemm_wg_cuda(bf16 *out, float *mean, float *rstd, const bf
                                    const bf16 *bias, const uint8_t *mask, int64_t M, int C, int O,
                                    mf_ln_mode mode, int epilogue, cudaStream_t stream) {
   MF_ASSERT(epilogue != 4, "ln_gemm_wg: epilogue 4 is mf_ln_gemm_wg_gated_bwd_cuda");
-  const lw_args a = {out, mean, rstd, x, gamma, beta, w, bias, NULL, mask, M, 0, O, O, (int)mode};
+  const lw_args a = {out, mean, rstd, x, gamma, beta, w, bias, NULL, mask, M, 0, O, O, (int)mode, O};
   lw_run(a, C, epilogue, stream);
 }
 
@@ -442,7 +497,7 @@ extern "C" void mf_ln_gemm_wg_cm_cuda(bf16 *out, int64_t ldm, float *mean, float
             "ln_gemm_wg_cm: channel stride ldm=%lld (>= M=%lld, a multiple of 8)", (long long)ldm,
             (long long)M);
   MF_ASSERT(epilogue == 1 || epilogue == 3, "ln_gemm_wg_cm: epilogue %d (1 or 3)", epilogue);
-  const lw_args a = {out, mean, rstd, x, gamma, beta, w, bias, NULL, mask, M, ldm, O, O, (int)mode};
+  const lw_args a = {out, mean, rstd, x, gamma, beta, w, bias, NULL, mask, M, ldm, O, O, (int)mode, O};
   lw_run(a, C, epilogue, stream);
 }
 
@@ -456,6 +511,17 @@ extern "C" void mf_ln_gemm_wg_gated_bwd_cuda(bf16 *out, int64_t ldo, const bf16 
             "16-byte aligned)", (long long)ldm, (long long)M);
   MF_ASSERT(ldo >= 2 * O && ldo % 8 == 0, "ln_gemm_wg_gated_bwd: out row stride ldo=%lld (>= 2·O=%d, a multiple of 8)",
             (long long)ldo, 2 * O);
-  const lw_args a = {out, mean, rstd, x, gamma, beta, w, NULL, dcm, mask, M, ldm, ldo, O, (int)mode};
+  const lw_args a = {out, mean, rstd, x, gamma, beta, w, NULL, dcm, mask, M, ldm, ldo, O, (int)mode, O};
   lw_run(a, C, 4, stream);
+}
+
+extern "C" void mf_ln_gemm_wg_ld_cuda(bf16 *out, int64_t ldo, int ncols, float *mean, float *rstd,
+                                      const bf16 *x, const bf16 *gamma, const bf16 *beta,
+                                      const bf16 *w, const bf16 *bias, int64_t M, int C, int O,
+                                      mf_ln_mode mode, cudaStream_t stream) {
+  MF_ASSERT(ncols > 0 && ncols <= O && ncols % 8 == 0 && ldo >= ncols && ldo % 8 == 0,
+            "ln_gemm_wg_ld: ncols=%d (<= O=%d, a multiple of 8), row stride ldo=%lld (>= ncols, a "
+            "multiple of 8)", ncols, O, (long long)ldo);
+  const lw_args a = {out, mean, rstd, x, gamma, beta, w, bias, NULL, NULL, M, 0, ldo, O, (int)mode, ncols};
+  lw_run(a, C, 0, stream);
 }

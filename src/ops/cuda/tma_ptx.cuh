@@ -150,6 +150,29 @@ static __device__ __forceinline__ void mf_tma_load_4d(uint32_t dst, const CUtens
       : "memory");
 }
 
+/* The reverse: shared address src → the box of a 2-D tensor map at (c0, c1) (innermost
+ * first), one thread, in this thread's current bulk async-group; out-of-range elements are
+ * not written (the map's dims clip partial boxes). The writing threads make their shared
+ * stores visible first (mf_fence_proxy_async, then a barrier); src may be rewritten after
+ * mf_bulk_wait_read, and the global writes are complete after mf_bulk_wait_all. */
+static __device__ __forceinline__ void mf_tma_store_2d(const CUtensorMap *map, int c0, int c1, uint32_t src) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                   (uint64_t)(uintptr_t)map),
+               "r"(c0), "r"(c1), "r"(src)
+               : "memory");
+}
+static __device__ __forceinline__ void mf_bulk_commit(void) {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+/* This thread's committed bulk groups have finished reading their shared sources. */
+static __device__ __forceinline__ void mf_bulk_wait_read(void) {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+/* This thread's committed bulk groups are complete (their writes performed). */
+static __device__ __forceinline__ void mf_bulk_wait_all(void) {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
 /* `bytes` (a multiple of 16) of contiguous global memory at src → shared address dst (both
  * 16-byte aligned), completing on bar. */
 static __device__ __forceinline__ void mf_bulk_load(uint32_t dst, const void *src, uint32_t bytes,

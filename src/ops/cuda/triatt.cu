@@ -17,6 +17,7 @@
 #include "triatt_cuda.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "attention_cuda.h"
 #include "fusion_util.cuh"
@@ -38,6 +39,10 @@ static __host__ __device__ int ta_ldp(int H, int D) { return 4 * H * D + ta_bp(H
  * off the 16-byte grid and took element-wise copies: the attention 2–2.3× slower at
  * N = 2050 than at 2048, H200). */
 static __host__ __device__ int64_t ta_nb(int N) { return ((int64_t)N + 7) / 8 * 8; }
+/* Rows of the padded weight copy wpad: P's ldp columns, then zero rows up to 3HD + OB, OB =
+ * BP + HD rounded up to 64 (the second LayerNorm + Linear call's width, ta_project). */
+static int ta_ob(int H, int D) { return (ta_bp(H) + H * D + 63) / 64 * 64; }
+static int ta_wrows(int H, int D) { return 3 * H * D + ta_ob(H, D); }
 
 
 /* Between the bias columns [3HD, 3HD + BP) of P (M, ldp), all pair rows in z order, and
@@ -224,8 +229,15 @@ static const uint8_t *ta_key_mask(uint8_t *pmt, const uint8_t *pm, int N, int st
 static const bf16 *ta_wpad(bf16 *wpad, const mf_triatt_cuda_weights *w, int C, int H, int D,
                            cudaStream_t stream) {
   const int HD = H * D, BP = ta_bp(H);
-  if (BP == H) return w->w_qkvbg;
   const size_t row = (size_t)C * sizeof(bf16);
+  /* the zero rows past ldp (ta_wrows): read by ta_project's second wgmma call */
+  MF_CHECK_CUDA(cudaMemsetAsync(wpad + (size_t)ta_ldp(H, D) * C, 0,
+                                (size_t)(ta_wrows(H, D) - ta_ldp(H, D)) * row, stream));
+  if (BP == H) {
+    MF_CHECK_CUDA(cudaMemcpyAsync(wpad, w->w_qkvbg, (size_t)ta_ldp(H, D) * row,
+                                  cudaMemcpyDeviceToDevice, stream));
+    return wpad;
+  }
   MF_CHECK_CUDA(cudaMemcpyAsync(wpad, w->w_qkvbg, (size_t)(3 * HD + H) * row,
                                 cudaMemcpyDeviceToDevice, stream));
   MF_CHECK_CUDA(cudaMemsetAsync(wpad + (size_t)(3 * HD + H) * C, 0, (size_t)(BP - H) * row,
@@ -270,7 +282,7 @@ static __global__ void ta_dw_unpad_kernel(float *__restrict__ dw, const float *_
 typedef struct {
   uint8_t *pmt;      /* (N, N) pmᵀ (ending node with a pair mask) */
   float *mask;       /* (N, C) dropout mask */
-  bf16 *wpad;        /* (ldp, C) w_qkvbg in P's column order */
+  bf16 *wpad;        /* (ta_wrows, C) w_qkvbg in P's column order, then zero rows */
   float *dwpad;      /* (ldp, C) its gradient (backward) */
   bf16 *P;           /* (M, ldp) [q | k | v | bias | 0 | g], pair rows in z order */
   bf16 *bias;        /* (H, N, NB): row stride NB = ta_nb(N) */
@@ -317,7 +329,7 @@ static size_t ws_carve(ta_ws *w, void *base, int N, int C, int H, int D, int kee
   mf_carver cv = {(char *)base, 0};
   w->pmt = (uint8_t *)mf_carve(&cv, (size_t)M);
   w->mask = (float *)mf_carve(&cv, (size_t)N * C * sizeof(float));
-  w->wpad = (bf16 *)mf_carve(&cv, (size_t)ta_ldp(H, D) * C * sizeof(bf16));
+  w->wpad = (bf16 *)mf_carve(&cv, (size_t)ta_wrows(H, D) * C * sizeof(bf16));
   w->dwpad = (float *)mf_carve(&cv, (size_t)ta_ldp(H, D) * C * sizeof(float));
   const size_t y0 = cv.used;
   w->P = keep ? NULL : (bf16 *)mf_carve(&cv, pb);
@@ -400,6 +412,24 @@ static void launch_bias(bf16 *P, bf16 *bias, int N, int H, int D, int starting, 
   MF_CHECK_LAUNCH();
 }
 
+/* The projection by LayerNorm + Linear wgmma kernels (ln_gemm_wg.cu) where they take the
+ * shape: two calls over all rows, [q | k | v] (3HD columns) and [bias | 0 | g] (OB columns
+ * computed against wpad's zero rows, BP + HD stored), each recomputing the LayerNorm from z
+ * (the second identically; it writes no statistics), so that x̂ never goes through HBM: at
+ * N = 768 on an H200 0.27 + 0.15 ms per call against 0.51 ms for LN staging + cuBLAS
+ * (dev/cuda/README.md step 28). MF_TA_PROJ_WG=0 (read once) keeps the chunked path. */
+static int ta_proj_wg(const bf16 *P, const bf16 *z, const bf16 *wq, int C, int H, int D) {
+  static int on = -1;
+  if (on < 0) {
+    const char *e = getenv("MF_TA_PROJ_WG");
+    on = !(e && e[0] == '0');
+  }
+  const int HD = H * D;
+  return on && (3 * HD) % 64 == 0 && HD % 8 == 0 &&
+         mf_ln_gemm_wg_supported(C, 3 * HD, 0, MF_LN_FULL, z, P, wq) &&
+         mf_ln_gemm_wg_supported(C, ta_ob(H, D), 0, MF_LN_FULL, z, P + 3 * HD, wq + (size_t)3 * HD * C);
+}
+
 /* x̂ = LN(z) for chunk rows r0.. (statistics computed or read) and their projections
  * P rows r0.. = x̂·wqᵀ (all ldp columns; the padding ones come out 0). */
 static void ta_project(bf16 *P, const ta_stage *st, const ta_saved *s, const bf16 *z,
@@ -407,6 +437,16 @@ static void ta_project(bf16 *P, const ta_stage *st, const ta_saved *s, const bf1
                        int64_t r0, int64_t rows, int use_saved, const mf_cuda_blas *blas,
                        cudaStream_t stream) {
   const int ldp = ta_ldp(H, D);
+  if (ta_proj_wg(P, z, wq, C, H, D)) {
+    const int HD = H * D;
+    mf_ln_gemm_wg_ld_cuda(P + r0 * ldp, ldp, 3 * HD, use_saved ? NULL : s->mu + r0,
+                          use_saved ? NULL : s->rs + r0, z + r0 * C, w->ln_g, w->ln_b, wq, NULL,
+                          rows, C, 3 * HD, MF_LN_FULL, stream);
+    mf_ln_gemm_wg_ld_cuda(P + r0 * ldp + 3 * HD, ldp, ldp - 3 * HD, NULL, NULL, z + r0 * C,
+                          w->ln_g, w->ln_b, wq + (size_t)3 * HD * C, NULL, rows, C, ta_ob(H, D),
+                          MF_LN_FULL, stream);
+    return;
+  }
   mf_ln_rows_cuda(st->xh, s->mu + r0, s->rs + r0, z + r0 * C, w->ln_g, w->ln_b, rows, C,
                   MF_LN_FULL, use_saved, stream);
   mf_gemm_rm_cuda(blas, stream, 0, 1, rows, ldp, C, 1.0f, st->xh, C, wq, C, 0.0f,
@@ -434,8 +474,9 @@ static void ta_forward(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
   const uint8_t *kmask = ta_key_mask(b.pmt, pm, N, starting, stream);
 
   /* x̂ = LN(z); P = x̂·w_qkvbgᵀ in z order; the bias columns → (H, N, NB) */
-  for (int64_t r0 = 0; r0 < M; r0 += R)
-    ta_project(b.P, st, &s, z, w, wq, C, H, D, r0, M - r0 < R ? M - r0 : R, 0, blas, stream);
+  const int64_t RP = ta_proj_wg(b.P, z, wq, C, H, D) ? M : R; /* the wgmma path: one call */
+  for (int64_t r0 = 0; r0 < M; r0 += RP)
+    ta_project(b.P, st, &s, z, w, wq, C, H, D, r0, M - r0 < RP ? M - r0 : RP, 0, blas, stream);
   launch_bias(b.P, b.bias, N, H, D, starting, false, stream);
   /* o = σ(g) ⊙ attention(q, k, v, bias, key mask), on views of P, into o in z order */
   const mf_attn_views vw = ta_views(N, H, D, starting);
@@ -516,9 +557,11 @@ static void ta_backward(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dou
       b.dwo_part && (uintptr_t)b.mask % 16 == 0) {
     /* phase 1: P recomputed (unless kept); then the output side in one kernel
      * (ta_out_bwd_wg.cu): dW_o, dg into dP's g columns, dOe = dO ⊙ σ(g) and the side rows */
-    if (!keep)
-      for (int64_t r0 = 0; r0 < M; r0 += R)
-        ta_project(b.P, st, &s, z, w, wq, C, H, D, r0, M - r0 < R ? M - r0 : R, 1, blas, stream);
+    if (!keep) {
+      const int64_t RP = ta_proj_wg(b.P, z, wq, C, H, D) ? M : R; /* the wgmma path: one call */
+      for (int64_t r0 = 0; r0 < M; r0 += RP)
+        ta_project(b.P, st, &s, z, w, wq, C, H, D, r0, M - r0 < RP ? M - r0 : RP, 1, blas, stream);
+    }
     mf_ta_out_bwd_wg_cuda(b.dOe, b.dP + goff, ldp, b.side, G(w_o), b.dwo_part, dout,
                           rd ? b.mask : NULL, rd ? (int)rd->axis : 0, s.o, b.P + goff, s.lse,
                           w->w_o, N, starting, mf_attention_side_rows_qp(ad), stream);
