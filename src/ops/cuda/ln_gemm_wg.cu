@@ -224,20 +224,23 @@ static __device__ __forceinline__ void lw_pass(bf16 *__restrict__ out, unsigned 
   }
   if (tst) mf_fence_proxy_async(); /* the staged blocks visible to the TMA unit */
   mf_bar_wg(wg);
-  if constexpr (EPI != 4) {
-    if (tst) { /* one thread stores the staged 64 × 64 blocks by TMA (the map clips rows >= M,
-                * row-major columns >= ost); os is rewritten after mf_bulk_wait_read */
-      if ((threadIdx.x & 127) == 0) {
-        const uint32_t os_u = mf_smem_u32(os);
+  if (tst) { /* one thread stores the staged 64 × 64 blocks by TMA (the map clips rows >= M,
+              * row-major columns >= ost); os is rewritten after mf_bulk_wait_read */
+    if ((threadIdx.x & 127) == 0) {
+      const uint32_t os_u = mf_smem_u32(os);
+      if constexpr (EPI == 4) { /* dp at columns oc0.., dg at O + oc0.. */
+        mf_tma_store_2d(omap, oc0, (int)m0, os_u);
+        mf_tma_store_2d(omap, O + oc0, (int)m0, os_u + 8192);
+      } else {
 #pragma unroll
         for (int b = 0; b < NO / 64; b++) {
           if (CM) mf_tma_store_2d(omap, (int)m0, oc0 + 64 * b, os_u + b * 8192);
           else if (oc0 + 64 * b < ost) mf_tma_store_2d(omap, oc0 + 64 * b, (int)m0, os_u + b * 8192);
         }
-        mf_bulk_commit();
       }
-      return;
+      mf_bulk_commit();
     }
+    return;
   }
   if constexpr (CM) { /* 8 threads per column: its 64 rows as one 128-byte line */
 #pragma unroll 4
@@ -289,7 +292,8 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
                   int ost, const __grid_constant__ CUtensorMap omap, int tst) {
   /* out (M, ldo) of which columns 0 .. ost − 1 are stored (row-major epilogues 0 and 3; the
    * others store all O), or (O, ldm) channel-major when ldm > 0; mean, rstd (M); x (M, C);
-   * gamma, beta (C); w (nacc, C); bias (O); mask (M) */
+   * gamma, beta (C); w (nacc, C); bias (O); mask (M); tst: the stores by TMA (else by all
+   * threads) */
   extern __shared__ unsigned char lw_raw[];
   unsigned char *sm = lw_raw + ((1024u - (mf_smem_u32(lw_raw) & 1023u)) & 1023u);
   constexpr int R = LW_SUB * NWG, THREADS = 128 * NWG; /* rows of a CTA's tile layouts */
@@ -396,38 +400,42 @@ typedef struct {
   int O, mode, ost; /* ost: the row-major plain / sigmoid epilogues' stored columns (<= O) */
 } lw_args;
 
-/* The TMA store epilogue (epilogues 0–3) for the kernels in MF_LN_GEMM_WG_TMA_STORE's mask
- * (read once; for A/B runs): 1 row-major out with three warpgroups, 2 row-major with two, 4
- * channel-major; default 5. Also off where the driver refuses the map. Its thread-issued form,
- * 16-byte st.global by all 128 threads of a warpgroup, stays for epilogue 4, the two-warpgroup
- * row-major kernels and as the fallback. Measured per kernel in one block step at N = 768
- * (H200, 2026-11-30 23:33 UTC, ncu, mask 0 against 7): channel-major gated 169 → 153 µs,
- * row-major sigmoid (three warpgroups) 124 → 116, LN + Linear (three) 40 → 36, but the
- * triangle attention's two-warpgroup O = 384 projection 266 → 275 µs; hence 5. */
-static int lw_tma_store_on(int nwg, bool cm) {
+/* The TMA store epilogue for the kernels in MF_LN_GEMM_WG_TMA_STORE's mask (read once; for
+ * A/B runs): 1 row-major out (epilogues 0–3) with three warpgroups, 2 row-major with two, 4
+ * channel-major, 8 epilogue 4; default 13. Also off where the driver refuses the map. Its
+ * thread-issued form, 16-byte st.global by all 128 threads of a warpgroup, stays for the
+ * two-warpgroup row-major kernels and as the fallback. Measured per kernel in one block step
+ * at N = 768 (H200, 2026-11-30, ncu; 23:33 UTC mask 0 against 7, 23:40 UTC 5 against 13):
+ * channel-major gated 169 → 153 µs, row-major sigmoid (three warpgroups) 124 → 116, LN +
+ * Linear (three) 40 → 36, epilogue 4 95 → 85, but the triangle attention's two-warpgroup
+ * O = 384 projection 266 → 275 µs. Two staging buffers per warpgroup (stores of one pass
+ * under the next pass's products, a raw buffer fewer) were slower still (23:40 UTC). */
+static int lw_tma_store_on(int nwg, bool cm, int epi) {
   static int mask = -1;
   if (mask < 0) {
     const char *e = getenv("MF_LN_GEMM_WG_TMA_STORE");
-    mask = e ? atoi(e) & 7 : 5;
+    mask = e ? atoi(e) & 15 : 13;
   }
-  return mask & (cm ? 4 : nwg == 3 ? 1 : 2);
+  return mask & (epi == 4 ? 8 : cm ? 4 : nwg == 3 ? 1 : 2);
 }
 
 template <int C, int EPI, int NWG, bool CM>
 static void lw_launch_n(const lw_args &a, cudaStream_t s) {
-  const int nbuf = lw_nbuf(C, a.O, EPI, NWG, lw_min_nb(EPI, NWG));
-  const size_t smem = lw_smem_bytes(C, a.O, EPI, nbuf, NWG);
   /* out as 64 × 64 boxes in the staging's 128-byte swizzle: (ost columns, M rows) at row
-   * stride ldo, or channel-major (M, O) at channel stride ldm */
+   * stride ldo (epilogue 4: the 2O columns of [dp | dg]), or channel-major (M, O) at channel
+   * stride ldm */
   CUtensorMap omap;
   memset(&omap, 0, sizeof omap);
   int tst = 0;
-  if (EPI != 4 && lw_tma_store_on(NWG, CM)) {
-    const uint64_t dims[2] = {CM ? (uint64_t)a.M : (uint64_t)a.ost, CM ? (uint64_t)a.O : (uint64_t)a.M};
+  if (lw_tma_store_on(NWG, CM, EPI)) {
+    const uint64_t cols = EPI == 4 ? 2 * (uint64_t)a.O : (uint64_t)a.ost;
+    const uint64_t dims[2] = {CM ? (uint64_t)a.M : cols, CM ? (uint64_t)a.O : (uint64_t)a.M};
     const uint64_t strides[1] = {(uint64_t)(CM ? a.ldm : a.ldo) * 2};
     const uint32_t box[2] = {64, 64};
     tst = mf_tma_encode_bf16(&omap, a.out, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B) == 0;
   }
+  const int nbuf = lw_nbuf(C, a.O, EPI, NWG, lw_min_nb(EPI, NWG));
+  const size_t smem = lw_smem_bytes(C, a.O, EPI, nbuf, NWG);
   MF_CHECK_CUDA(cudaFuncSetAttribute(ln_gemm_wg_kernel<C, EPI, NWG, CM>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const int64_t ntile = (a.M + NWG * LW_SUB - 1) / (NWG * LW_SUB); /* a subtile per warpgroup */
