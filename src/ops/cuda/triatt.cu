@@ -1,10 +1,11 @@
 /* triatt.cu — triangle attention (starting / ending node) on the GPU, forward and backward:
- * LN staging + one projection GEMM per chunk writing P (N², ldp) in z order; EvoFlash-3D
- * directly on strided views of P (q, k, v, gate), o written in z order for the W_o GEMM;
- * only the bias (and its gradient) is moved, between P's bias columns and (H, N, NB). The
- * backward writes dq, dk, dv, dg straight into the gradient matrix dP. (The re-layout path
- * this replaced — per-chunk scatter/gather kernels between pair rows and the attention
- * layout — was removed; it lives in git history at commit 21eb25c.)
+ * the LayerNorm + projection writing P (N², ldp) in z order (two wgmma LN + Linear calls
+ * over all rows where they take the shape, else LN staging + a cuBLAS GEMM per chunk);
+ * EvoFlash-3D directly on strided views of P (q, k, v, gate), o written in z order for the
+ * W_o GEMM; only the bias (and its gradient) is moved, between P's bias columns and
+ * (H, N, NB). The backward writes dq, dk, dv, dg straight into the gradient matrix dP.
+ * (The re-layout path this replaced — per-chunk scatter/gather kernels between pair rows
+ * and the attention layout — was removed; it lives in git history at commit 21eb25c.)
  * See triatt_cuda.h. Not the CPU reference (src/ops/cpu/triatt.c).
  *
  * Layouts. Pair rows m = a·N + b of z (N, N, C) are processed in z order, chunk by chunk.
