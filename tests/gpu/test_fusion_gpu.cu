@@ -317,6 +317,10 @@ static void test_gated(int64_t M, int C, int O, mf_ln_mode mode, int use_mask, i
 
 /* ================================================================ transition */
 
+/* The mean of test_transition's inputs (their standard deviation is 1.5): 0.3, or large
+ * where a case checks a kernel that folds the LayerNorm into its products. */
+static double g_tr_xmean = 0.3;
+
 static void test_transition(int64_t M, int C, int Hd, mf_ln_mode mode, int accumulate,
                             int64_t chunk, uint64_t seed, int variant) {
   char what[160], w2[200];
@@ -326,7 +330,7 @@ static void test_transition(int64_t M, int C, int Hd, mf_ln_mode mode, int accum
   double *x = mf_test_alloc(M * C), *g = mf_test_alloc(C), *b = mf_test_alloc(C);
   double *Wab = mf_test_alloc(2 * (int64_t)Hd * C), *Wo = mf_test_alloc((int64_t)C * Hd);
   double *dout = mf_test_alloc(M * C), *res = mf_test_alloc(M * C);
-  rand_bf16(x, M * C, seed + 1, 1.5, 0.3);
+  rand_bf16(x, M * C, seed + 1, 1.5, g_tr_xmean);
   rand_bf16(g, C, seed + 2, 0.2, 1.0);
   rand_bf16(b, C, seed + 3, 0.2, 0.0);
   rand_bf16(Wab, 2 * (int64_t)Hd * C, seed + 4, 1.0 / sqrt((double)C), 0.0);
@@ -365,11 +369,10 @@ static void test_transition(int64_t M, int C, int Hd, mf_ln_mode mode, int accum
   size_t wsb = mf_transition_cuda_workspace(M, C, Hd);
   void *ws = ws_alloc(wsb);
   raw_set runs[2] = {};
-  snprintf(what, sizeof what, "transition M=%lld C=%d Hd=%d %s%s chunk=%lld variant=%d",
+  snprintf(what, sizeof what, "transition M=%lld C=%d Hd=%d %s%s chunk=%lld variant=%d x mean %g",
            (long long)M, C, Hd, mode_name(mode),
            add_back ? " +residual, in-place adding backward" : accumulate ? " +residual" : "",
-           (long long)chunk,
-           variant);
+           (long long)chunk, variant, g_tr_xmean);
   for (int run = 0; run < 2; run++) {
     float *dg_d = to_f32(g0, C), *db_d = to_f32(b0, C);
     float *dWab_d = to_f32(Wab0, 2 * (int64_t)Hd * C), *dWo_d = to_f32(Wo0, (int64_t)C * Hd);
@@ -1066,6 +1069,14 @@ static void test_transition_cl(uint64_t *s, int small) {
   tc_case(17000, 512, MF_LN_FULL, 1, *s += 20); /* in place, 17 tiles per cluster, a partial last */
   tc_case(40000, 512, MF_LN_FULL, 1, *s += 20);  /* ≈ 39 tiles per cluster */
   tc_case(40001, 512, MF_LN_SCALE, 0, *s += 20);
+  /* rows whose mean is 16 standard deviations: the kernel folds the LayerNorm into its
+   * products (raw rows times γ ∘ W, then the rows' μ and 1/rstd), so the cancellation of
+   * the mean must happen in fp32 */
+  g_tr_xmean = 24.0;
+  tc_case(4099, 512, MF_LN_FULL, 1, *s += 20);
+  tc_case(1000, 256, MF_LN_SCALE, 0, *s += 20);
+  tc_case(300, 128, MF_LN_NONE, 0, *s += 20);
+  g_tr_xmean = 0.3;
   const int64_t c0 = mf_transition_bwd_cl_calls();
   test_transition_null(4099, 128, 512, MF_LN_FULL, *s += 20);
   test_transition_inplace(4099, 128, 512, MF_LN_FULL, *s += 20, 3);

@@ -10,32 +10,43 @@
  *
  * Cluster c takes the 64-row tiles c, c + ncl, …; CTA j of it owns hidden channels
  * 64j .. 64j + 63 (rows j·64.. of W_a and of W_b, columns j·64.. of W_o, resident in shared
- * memory) and rows j·64/S .. of every tile for the LayerNorm backward. Three warpgroups:
- *   WG A: [a | b] = x̂·W_ab,jᵀ (64 × 128) and dh = dout·W_o[:, j] (64 × 64), wgmma from
- *         shared memory; then, in two halves of the hidden chunk, h = silu(a)·b, da, db
- *         (bf16) into shared memory and, as A fragments, dx̂_j = [da | db]·W_ab,j — the
- *         first half's products run while the second half's SwiGLU backward does; dx̂_j's
+ * memory) and rows j·64/S .. of every tile for the LayerNorm backward.
+ *
+ * x̂ is never formed. The LayerNorm is folded into the products (README step 29), with
+ * W' = γ ∘ W_ab (bf16, resident), u = W'·1 and v = W·β per hidden channel, σ = 1/rs:
+ *   [a | b] = rs·(x·W'ᵀ − μ·u + σ·v), the last two terms one extra k16 step of the
+ *     products (per-row factors (−μ, σ) against (u, v), each split into two bf16 so that
+ *     the cancellation against x·W'ᵀ happens in fp32);
+ *   dW_ab = γ ∘ (d'ᵀ·x − d'ᵀ·μ) + β ∘ (d'ᵀ·σ), d' = rs ∘ [da | db], the two row sums as 8
+ *     extra columns beside x in the same products;
+ *   the exchange carries rs·(dx̂ ∘ γ) = d'·W', so the owner's LayerNorm backward needs no
+ *     γ and no rs; dγ = Σ_o W[o, :] ∘ (d'ᵀ·x − d'ᵀ·μ)[o, :] and dβ = Σ_o W[o, :]·(d'ᵀ·σ)[o]
+ *     come from B's accumulators at the end.
+ * Three warpgroups:
+ *   WG A: [a | b] (64 × 128, 8 + 1 k16 steps) and dh = dout·W_o[:, j] (64 × 64), wgmma
+ *         from shared memory; then, in two halves of the hidden chunk, h = silu(a)·b and
+ *         d' (bf16) into shared memory and, as A fragments, d'·W'_j — the first half's
+ *         products run while the second half's SwiGLU backward does; the partial sums'
  *         columns 0..63 go by st.async to the rows' owners, rounded to bf16, while
  *         64..127 form (16-byte stores laid out so that a warp's store covers 512
  *         contiguous bytes: tc_unit);
- *   WG B: x̂ = LN(x) over the raw rows in place, two tiles ahead (γ, β from shared
- *         memory), and dW_ab,j (128 × 128 fp32, registers for the whole run) += [da | db]ᵀ·x̂,
- *         both operands read MN-major from shared memory;
+ *   WG B: the per-row factors of each tile, two tiles ahead, and dW_ab,j (128 × 136 fp32,
+ *         registers for the whole run) += d'ᵀ·[x | factors], both operands read MN-major
+ *         from shared memory; at the end dW_ab,j and the CTA's dγ/dβ partials;
  *   WG C: issues the TMA copies (x, dout, mean, rstd of a tile; three stages, refilled as
  *         soon as A, B and C have read one), accumulates dW_o[:, j] (128 × 64 fp32,
  *         registers) += doutᵀ·h, and for its owned rows sums the S partials in rank order,
  *         runs the LayerNorm backward (x and the old dinp prefetched from L2 while its
- *         products run) and writes (or adds into) dinp, with its dγ/dβ column sums in
- *         registers.
- * setmaxnreg gives B's 128 accumulators and A's tile room (tc_regs_*). Barriers: per stage full (TMA),
- * x̂ ready, empty (all 384 threads); hidden ready / hidden free for the one h, [da | db]
+ *         products run) and writes (or adds into) dinp.
+ * setmaxnreg gives B's 136 accumulators and A's tile room (tc_regs_*). Barriers: per stage full (TMA),
+ * factors ready, empty (all 384 threads); hidden ready / hidden free for the one h, [da | db]
  * buffer; per CTA recv-full (16 KB of st.async transactions) and peer-free (S remote
  * arrivals, relaxed: every owner has read its buffer, so the next tile's partials may
  * come). At the end the weight-gradient partials (one per cluster) and the dγ/dβ partials
  * (one per CTA) go to the workspace and small kernels add them up in cluster / CTA order.
  * Every sum has a fixed order: two runs are bit-identical. Numerics as ln_gemm_bwd_wg.cu
- * (x̂, h and [da | db] are rounded to bf16 where the tensor cores read them; the GEMM
- * outputs and dh are fp32) but for dx̂: each CTA's partial dx̂_j is fp32 in its registers
+ * (h and [da | db] are rounded to bf16 where the tensor cores read them, W' = γ ∘ W where
+ * x̂ was; the GEMM outputs and dh are fp32) but for dx̂: each CTA's partial dx̂_j is fp32 in its registers
  * and crosses the cluster rounded to bf16, and the owner sums the S partials in fp32 —
  * the tensor-parallel reduction that Megatron-style training also does in the compute
  * type; it halves the exchange that bounded the kernel (README step 24).
@@ -44,7 +55,9 @@
  * 1.80 / 0.48 before the hidden halves, the shared-space pointer and the register
  * budgets; 2.18 / 0.61 for ln_gemm_bwd_wg.cu + cuBLAS). With no exchange at all (wrong
  * results, timing only) it took 1.25 ms: the remote stores, not the products, were what
- * A waited on (dev/cuda/README.md steps 21, 23 and 24).
+ * A waited on (dev/cuda/README.md steps 21, 23 and 24). Folding the LayerNorm in (step
+ * 29): 1.33–1.36 against 1.37–1.40 ms in the same job at N = 768 (0.36–0.37 against
+ * 0.36 at N = 384).
  * Written by hand for the reason wgmma_ptx.cuh gives (no CUTLASS). */
 #include "transition_bwd_cl_cuda.h"
 
@@ -63,32 +76,37 @@
 
 /* Shared memory, byte offsets from a 1024-aligned base (operand blocks 1024-aligned, all
  * in the 128-byte-swizzled layout of wgmma_ptx.cuh):
- *   wab: [W_a; W_b] rows of this CTA's chunk (128 rows: 64 of W_a, 64 of W_b) × C, two
- *        64-column blocks of 128 rows;
+ *   wab: W' = γ ∘ [W_a; W_b] rows of this CTA's chunk (128 rows: 64 of W_a, 64 of W_b) × C,
+ *        two 64-column blocks of 128 rows;
  *   wo:  W_o[:, chunk] as C rows × 64 hidden, one block;
- *   per input stage (TC_NS): xr the raw rows (TMA, two blocks of 64 rows), overwritten in
- *        place by x̂; dy dout (TMA, the same);
- *   hh:  h (64 rows × 64 hidden), dd: [da | db] (two blocks) — one buffer: B and C read
- *        them long before A writes the next tile's;
- *   recv: the S partial dx̂ slices of the owned rows, S slots of (64/S)·C bf16 in the
- *         senders' order (tc_unit);
+ *   per input stage (TC_NS): xr the raw rows (TMA, two blocks of 64 rows); ee the rows'
+ *        factors in chunk 0 of each 128-byte row (B, make_e; the rest of the block zero),
+ *        the third 64-column block beside xr for B's MN-major read; dy dout (TMA, two
+ *        blocks);
+ *   hh:  h (64 rows × 64 hidden), dd: rs ∘ [da | db] (two blocks) — one buffer: B and C
+ *        read them long before A writes the next tile's;
+ *   recv: the S partial rs·(dx̂ ∘ γ) slices of the owned rows, S slots of (64/S)·C bf16 in
+ *         the senders' order (tc_unit);
+ *   bext: (u, v) of the chunk's 128 hidden channels, the B side of A's extra k16 step
+ *         (chunks 0 and 1 of each row);
  *   st:   per stage mean (64) and rstd (64) fp32 (TMA);
- *   gb:   γ and β fp32 (1 where the mode has no γ, 0 where no β);
  *   bar:  the mbarriers. */
 #define TC_NS 3 /* input stages */
 struct tc_layout {
   static constexpr int WAB = 2 * 128 * 128, WO = TC_C * 128;
   static constexpr int BLK = TC_BM * 128; /* one 64-column block of a tile */
-  static constexpr int xr = 0, dy = 2 * BLK, STAGE = 4 * BLK;
+  static constexpr int xr = 0, ee = 2 * BLK, dy = 3 * BLK, STAGE = 5 * BLK;
   static constexpr int wab = 0, wo = WAB, stage = wo + WO, hh = stage + TC_NS * STAGE, dd = hh + BLK;
   static constexpr int recv = dd + 2 * BLK, RECV = TC_BM * TC_C * 2; /* bf16 partials */
-  static constexpr int st = recv + RECV, ST = 2 * TC_BM * 4, gb = st + TC_NS * ST, bar = gb + 2 * TC_C * 4;
-  static constexpr int NBAR = 3 * TC_NS + 4; /* full, xh, empty per stage; hd, hfree, rfull, pfree */
+  static constexpr int bext = recv + RECV, BEXT = 128 * 128; /* the products' extra k16 step, B side */
+  static constexpr int st = bext + BEXT, ST = 2 * TC_BM * 4, bar = st + TC_NS * ST;
+  static constexpr int NBAR = 3 * TC_NS + 4; /* full, factors ready, empty per stage; hd, hfree, rfull, pfree */
   static constexpr int bytes = bar + NBAR * 8 + 1024;
   static constexpr int TX_TILE = 4 * BLK + ST; /* x, dout, mean, rstd */
 };
 static_assert(tc_layout::bytes <= 227 * 1024, "transition_bwd_cl: shared memory");
-static_assert(tc_layout::stage % 1024 == 0 && tc_layout::hh % 1024 == 0 && tc_layout::recv % 1024 == 0,
+static_assert(tc_layout::stage % 1024 == 0 && tc_layout::hh % 1024 == 0 && tc_layout::recv % 1024 == 0 &&
+                  tc_layout::bext % 1024 == 0,
               "transition_bwd_cl: block alignment");
 
 struct tc_tmaps {
@@ -107,7 +125,7 @@ struct tc_params {
 };
 
 /* Register budgets per warpgroup (setmaxnreg; the launch gives each thread 168): B holds
- * 128 accumulators for the whole run next to the x̂ pass and takes 192, A ([a | b], dh,
+ * 136 accumulators for the whole run and takes 192, A ([a | b], dh,
  * dx̂_j and the A fragments of one tile) 176, C (64 accumulators) gives up to 136:
  * 176 + 192 + 136 = 504 = 65536 / 128. */
 static __device__ __forceinline__ void tc_regs_a(void) { asm volatile("setmaxnreg.inc.sync.aligned.u32 176;\n" ::: "memory"); }
@@ -165,13 +183,13 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
 
   const uint32_t bar = su + L::bar;
   auto full = [&](int s) { return bar + 8 * s; };
-  auto xhb = [&](int s) { return bar + 8 * (TC_NS + s); };
+  auto eready = [&](int s) { return bar + 8 * (TC_NS + s); };
   auto empty = [&](int s) { return bar + 8 * (2 * TC_NS + s); };
   const uint32_t hdb = bar + 24 * TC_NS, hfree = hdb + 8, rfull = hdb + 16, pfree = hdb + 24;
   if (tid == 0) {
     for (int s = 0; s < TC_NS; s++) {
       mf_mbar_init(full(s), 1);
-      mf_mbar_init(xhb(s), 128);
+      mf_mbar_init(eready(s), 128);
       mf_mbar_init(empty(s), TC_THREADS);
     }
     mf_mbar_init(hdb, 128);
@@ -180,20 +198,48 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
     mf_mbar_init(pfree, S);
     mf_mbar_init_fence();
   }
-  /* the chunk's weights, swizzled, once */
-  for (int i = tid; i < 128 * 16; i += TC_THREADS) { /* wab: 128 rows × 16 chunks */
+  /* the chunk's weights, swizzled, once: W'_ab,j = γ ∘ W_ab,j (bf16); and per hidden
+   * channel o, u = W'·1 and v = W·β split into bf16 pairs, the B side of the products'
+   * extra k16 step: (u_hi, u_hi, v_hi, v_hi, u_lo, v_lo, 0, 0 | 0 × 8) */
+  for (int i = tid; i < 128 * 16; i += TC_THREADS) { /* wab: 128 rows × 16 chunks; a row's 16 in one half-warp */
     const int n = i >> 4, q = i & 15;
     const int64_t row = n < TC_HC ? (int64_t)j * TC_HC + n : (int64_t)Hd + j * TC_HC + (n - TC_HC);
-    *(uint4 *)(sm + L::wab + (q >> 3) * (128 * 128) + mf_sw128_chunk(n, q & 7)) =
-        *(const uint4 *)(p.w_ab + row * TC_C + q * 8);
+    const uint4 w = *(const uint4 *)(p.w_ab + row * TC_C + q * 8);
+    const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&w;
+    uint4 ws;
+    uint32_t *ws32 = (uint32_t *)&ws;
+    float us = 0.0f, vs = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const float2 f = __bfloat1622float2(w2[e]);
+      const int c = q * 8 + 2 * e;
+      const float g0 = p.mode == MF_LN_NONE ? 1.0f : mf_bf16_to_f32(p.gamma[c]);
+      const float g1 = p.mode == MF_LN_NONE ? 1.0f : mf_bf16_to_f32(p.gamma[c + 1]);
+      ws32[e] = mf_pack_bf16x2(f.x * g0, f.y * g1);
+      const float2 fs = __bfloat1622float2(*(const __nv_bfloat162 *)&ws32[e]);
+      us += fs.x + fs.y;
+      if (p.mode == MF_LN_FULL) vs += f.x * mf_bf16_to_f32(p.beta[c]) + f.y * mf_bf16_to_f32(p.beta[c + 1]);
+    }
+    *(uint4 *)(sm + L::wab + (q >> 3) * (128 * 128) + mf_sw128_chunk(n, q & 7)) = ws;
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) {
+      us += __shfl_xor_sync(0xffffffffu, us, o);
+      vs += __shfl_xor_sync(0xffffffffu, vs, o);
+    }
+    if (q == 0) {
+      const float uh = mf_bf16_to_f32(__float2bfloat16_rn(us)), vh = mf_bf16_to_f32(__float2bfloat16_rn(vs));
+      *(uint4 *)(sm + L::bext + mf_sw128_chunk(n, 0)) =
+          make_uint4(mf_pack_bf16x2(uh, uh), mf_pack_bf16x2(vh, vh), mf_pack_bf16x2(us - uh, vs - vh), 0u);
+      *(uint4 *)(sm + L::bext + mf_sw128_chunk(n, 1)) = make_uint4(0, 0, 0, 0);
+    }
   }
+  /* the per-row factors next to each stage's x (make_e): chunk 1 of each row, and all the
+   * block but chunk 0, stay zero */
+  for (int i = tid; i < TC_NS * L::BLK / 16; i += TC_THREADS)
+    *(uint4 *)(sm + L::stage + (i / (L::BLK / 16)) * L::STAGE + L::ee + (i % (L::BLK / 16)) * 16) = make_uint4(0, 0, 0, 0);
   for (int i = tid; i < TC_C * 8; i += TC_THREADS) { /* wo: C rows × 8 chunks */
     const int c = i >> 3, q = i & 7;
     *(uint4 *)(sm + L::wo + mf_sw128_chunk(c, q)) = *(const uint4 *)(p.w_o + (int64_t)c * Hd + j * TC_HC + q * 8);
-  }
-  for (int c = tid; c < TC_C; c += TC_THREADS) {
-    ((float *)(sm + L::gb))[c] = p.mode == MF_LN_NONE ? 1.0f : mf_bf16_to_f32(p.gamma[c]);
-    ((float *)(sm + L::gb))[TC_C + c] = p.mode == MF_LN_FULL ? mf_bf16_to_f32(p.beta[c]) : 0.0f;
   }
   mf_fence_proxy_async();
   __syncthreads();
@@ -234,21 +280,29 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
      * hidden (channels 0..31 and 32..63 of a and of b), the first half's dx̂_j products
      * running on the tensor cores while the second half's SwiGLU backward runs; then lo
      * (dx̂_j columns 0..63) sent while hi forms. wgmma groups complete in order. */
-    uint32_t fr[8][4]; /* [da | db] as A fragments: k16 blocks 0..3 da, 4..7 db (W_ab,j's row order) */
-    /* the SwiGLU backward of hidden half hf: h, da, db (bf16) into shared memory (for B
-     * and C) and into fr */
-    auto swiglu = [&](const float(&ab)[64], const float(&dh)[32], int hf) {
+    uint32_t fr[8][4]; /* rs ∘ [da | db] as A fragments: k16 blocks 0..3 da, 4..7 db (W_ab,j's row order) */
+    /* The SwiGLU backward of hidden half hf from the raw-row products A = x·W'ᵀ − μ·u +
+     * σ·v (the extra k16 step included), [a | b] = rs·A: with r2 = rs², hr = rs / 2,
+     *   sg = σ(a), h = rs²·A_a·sg·A_b, and the rs-scaled gradients (what B's dW and the
+     *   exchange want, README step 29) rs·db = r2·d·A_a·sg,
+     *   rs·da = r2·d·A_b·sg·(1 + A_a·(rs − rs·sg)):
+     * two multiplications more per element than the plain SwiGLU backward. h and
+     * rs ∘ [da | db] (bf16) into shared memory (for C and B) and the latter into fr. */
+    auto swiglu = [&](const float(&ab)[64], const float(&dh)[32], const float(&rs)[2], int hf) {
 #pragma unroll
       for (int i = 0; i < 4; i++) {
         const int nt = 4 * hf + i; /* 8-column group of the hidden chunk */
         float dav[4], dbv[4], hv[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          const float a = ab[4 * nt + e], b = ab[32 + 4 * nt + e], d = dh[4 * nt + e];
-          const float sg = mf_sigmoidf_tanh(a), si = a * sg;
-          hv[e] = si * b;
+          const float r = rs[e >> 1], r2 = r * r;
+          const float A = ab[4 * nt + e], Bv = ab[32 + 4 * nt + e], d = r2 * dh[4 * nt + e];
+          float th;
+          asm("tanh.approx.f32 %0, %1;" : "=f"(th) : "f"((0.5f * r) * A));
+          const float sg = fmaf(0.5f, th, 0.5f), si = A * sg;
+          hv[e] = si * Bv * r2;
           dbv[e] = d * si;
-          dav[e] = d * b * sg * (1.0f + a * (1.0f - sg));
+          dav[e] = d * Bv * sg * fmaf(A, fmaf(-r, sg, r), 1.0f);
         }
         uint32_t *fa = fr[nt / 2], *fb = fr[4 + nt / 2];
         fa[2 * (nt & 1)] = mf_pack_bf16x2(dav[0], dav[1]);
@@ -268,7 +322,7 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
      * [da | db]·W_ab,j, columns 64·c .. of dx̂_j (B MN-major) */
     /* operand descriptors: the resident weights' once, the stage's per tile (mf_wg_desc_off) */
     const uint64_t dwab = mf_wg_desc(su + L::wab), dwab_mn = mf_wg_desc_mn(su + L::wab, 128 * 128);
-    const uint64_t dwo_mn = mf_wg_desc_mn(su + L::wo, L::BLK);
+    const uint64_t dwo_mn = mf_wg_desc_mn(su + L::wo, L::BLK), dbext = mf_wg_desc(su + L::bext);
     auto dxhat = [&](float(&d)[32], int hf, int c) {
 #pragma unroll
       for (int i = 0; i < 4; i++) {
@@ -280,16 +334,23 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
       const int s = k % TC_NS;
       const uint32_t ph = (uint32_t)((k / TC_NS) & 1), sb = su + L::stage + s * L::STAGE;
       mf_mbar_wait(full(s), ph);
-      mf_mbar_wait(xhb(s), ph);
-      float ab[64], dh[32];
+      mf_mbar_wait(eready(s), ph);
+      float ab[64], dh[32], rs[2];
+      {
+        const float *stm = (const float *)(sm + L::st + s * L::ST);
+        rs[0] = stm[TC_BM + rl];
+        rs[1] = stm[TC_BM + rl + 8];
+      }
       const uint64_t dxr = mf_wg_desc(sb + L::xr), ddy = mf_wg_desc(sb + L::dy);
       mf_wg_fence();
 #pragma unroll
-      for (int q = 0; q < 8; q++) { /* [a | b] = x̂·W_ab,jᵀ */
+      for (int q = 0; q < 8; q++) { /* [a | b] (before the LayerNorm's row factors) = x·W'_ab,jᵀ */
         const int kb = q >> 2, kk = q & 3;
         mf_wg_ss_n128(ab, mf_wg_desc_off(dxr, kb * L::BLK + kk * 32), mf_wg_desc_off(dwab, kb * (128 * 128) + kk * 32),
                       q > 0);
       }
+      /* + (−μ, σ)·(u, v) per row and channel: the tile's factor block (K-major here) */
+      mf_wg_ss_n128(ab, mf_wg_desc(sb + L::ee), dbext, 1);
 #pragma unroll
       for (int q = 0; q < 8; q++) { /* dh = dout·W_o[:, j] (B MN-major) */
         const int kb = q >> 2, kk = q & 3;
@@ -299,16 +360,16 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
       mf_wg_wait<0>();
       mf_wg_pin(ab);
       mf_wg_pin(dh);
-      mf_mbar_arrive(empty(s)); /* x̂ and dout of the stage read */
+      mf_mbar_arrive(empty(s)); /* x, dout and the statistics of the stage read */
       if (k > 0) mf_mbar_wait(hfree, (uint32_t)((k - 1) & 1)); /* B and C read tile k − 1's h, [da | db] */
 
-      float lo[32], hi[32]; /* dx̂_j columns 0..63, 64..127 */
-      swiglu(ab, dh, 0);
+      float lo[32], hi[32]; /* the partial rs·(dx̂ ∘ γ)_j = fr·W'_j, columns 0..63, 64..127 */
+      swiglu(ab, dh, rs, 0);
       mf_wg_fence();
       dxhat(lo, 0, 0);
       dxhat(hi, 0, 1);
       mf_wg_commit();
-      swiglu(ab, dh, 1);
+      swiglu(ab, dh, rs, 1);
       mf_fence_proxy_async();
       mf_mbar_arrive(hdb); /* h and [da | db] of tile k written */
       mf_wg_fence();
@@ -330,57 +391,44 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
     /* ---------------------------------------------------------------- WG B */
     tc_regs_b();
     const int bt = tid - 128;
-    const int q16 = bt & 15, rb = bt >> 4; /* x̂: chunk q16 (columns 8·q16 ..) of rows rb + 8i */
-    /* x̂ of tile k over its raw rows, in place (γ, β of the thread's 8 columns from shared
-     * memory: registers are scarce next to the 128 accumulators) */
-    auto make_xhat = [&](int k) {
+    /* The LayerNorm is folded into the products (README step 29): with d' = rs ∘ [da | db]
+     * (what A stores), dW[o, c] = Σ_r d[r, o]·x̂[r, c] = γ_c·(P[o, c] − s1[o]) + β_c·s2[o],
+     * P = d'ᵀ·x over the raw rows, s1 = d'ᵀ·μ, s2 = d'ᵀ·(1/rs) = Σ_r d[r, o]. s1 and s2 come
+     * from the same products: the tile's factor block holds per row, in its 16-byte chunk 0,
+     * (−μ_hi, −μ_lo, σ_hi, σ_lo, −μ_hi, σ_hi, 0, 0), μ and σ = 1/rs split into two bf16
+     * each, so the cancellation P − s1 happens in fp32: B reads it MN-major as columns
+     * 128..135 beside x, A K-major as its extra k16 step against (u, v). Written two tiles
+     * ahead. */
+    auto make_e = [&](int k) {
       const int s = k % TC_NS;
       mf_mbar_wait(full(s), (uint32_t)((k / TC_NS) & 1));
-      unsigned char *xr = sm + L::stage + s * L::STAGE + L::xr;
-      const float *stm = (const float *)(sm + L::st + s * L::ST);
-      const float *gb = (const float *)(sm + L::gb);
-      float gx[8], bx[8];
-#pragma unroll
-      for (int e = 0; e < 8; e += 4) {
-        *(float4 *)(gx + e) = *(const float4 *)(gb + 8 * q16 + e);
-        *(float4 *)(bx + e) = *(const float4 *)(gb + TC_C + 8 * q16 + e);
+      if (bt < TC_BM) {
+        const float *stm = (const float *)(sm + L::st + s * L::ST);
+        const float mu = stm[bt], rs = stm[TC_BM + bt], sg = rs > 0.0f ? 1.0f / rs : 0.0f;
+        const float mh = mf_bf16_to_f32(__float2bfloat16_rn(mu)), gh = mf_bf16_to_f32(__float2bfloat16_rn(sg));
+        *(uint4 *)(sm + L::stage + s * L::STAGE + L::ee + mf_sw128_chunk(bt, 0)) =
+            make_uint4(mf_pack_bf16x2(-mh, -(mu - mh)), mf_pack_bf16x2(gh, sg - gh), mf_pack_bf16x2(-mh, gh), 0u);
+        mf_fence_proxy_async();
       }
-#pragma unroll
-      for (int i = 0; i < 8; i++) {
-        const int r = rb + 8 * i;
-        const uint32_t off = (uint32_t)((q16 >> 3) * L::BLK) + mf_sw128_chunk(r, q16 & 7);
-        const uint4 v = *(const uint4 *)(xr + off);
-        const float mu = stm[r], rs = stm[TC_BM + r];
-        const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&v;
-        uint4 o;
-        uint32_t *o32 = (uint32_t *)&o;
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const float2 f = __bfloat1622float2(h2[e]);
-          o32[e] = mf_pack_bf16x2((f.x - mu) * rs * gx[2 * e] + bx[2 * e], (f.y - mu) * rs * gx[2 * e + 1] + bx[2 * e + 1]);
-        }
-        *(uint4 *)(xr + off) = o;
-      }
-      mf_fence_proxy_async();
-      mf_mbar_arrive(xhb(s));
+      mf_mbar_arrive(eready(s)); /* A's products wait for it; B's own are behind A's h */
     };
-    for (int k = 0; k < 2 && k < K; k++) make_xhat(k);
+    for (int k = 0; k < 2 && k < K; k++) make_e(k);
 
-    float wa[64], wb[64]; /* dW_a,j, dW_b,j rows 16·wl + g8 (+ 8) */
+    float wa[68], wb[68]; /* dW_a,j, dW_b,j rows 16·wl + g8 (+ 8): P, then (−s1, s2) in 64..67 */
     const uint64_t ddd_mn = mf_wg_desc_mn(su + L::dd, L::BLK);
 #pragma unroll
-    for (int i = 0; i < 64; i++) wa[i] = wb[i] = 0.0f;
+    for (int i = 0; i < 68; i++) wa[i] = wb[i] = 0.0f;
     for (int k = 0; k < K; k++) {
       const int s = k % TC_NS;
       const uint32_t sb = su + L::stage + s * L::STAGE;
       mf_mbar_wait(hdb, (uint32_t)(k & 1));
-      const uint64_t dxr = mf_wg_desc_mn(sb + L::xr, L::BLK);
+      const uint64_t dxr = mf_wg_desc_mn(sb + L::xr, L::BLK); /* x, then the factor columns (L::ee) */
       mf_wg_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; kk++) { /* k = the tile's rows, 16 per step */
         const uint64_t bx = mf_wg_desc_off(dxr, kk * 2048);
-        mf_wg_ss_n128_tt(wa, mf_wg_desc_off(ddd_mn, kk * 2048), bx, 1);
-        mf_wg_ss_n128_tt(wb, mf_wg_desc_off(ddd_mn, L::BLK + kk * 2048), bx, 1);
+        mf_wg_ss_n136_tt(wa, mf_wg_desc_off(ddd_mn, kk * 2048), bx, 1);
+        mf_wg_ss_n136_tt(wb, mf_wg_desc_off(ddd_mn, L::BLK + kk * 2048), bx, 1);
       }
       mf_wg_commit();
       mf_wg_wait<0>();
@@ -388,32 +436,75 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
       mf_wg_pin(wb);
       mf_mbar_arrive(hfree);
       mf_mbar_arrive(empty(s));
-      if (k + 2 < K) make_xhat(k + 2);
+      if (k + 2 < K) make_e(k + 2);
     }
-    if (p.pab) {
-      float *pa = p.pab + (int64_t)cid * 2 * Hd * TC_C;
+    /* dW = γ ∘ (P − s1) + β ∘ s2, and this CTA's share of dγ_c = Σ_o W[o, c]·(P − s1)[o, c]
+     * and dβ_c = Σ_o W[o, c]·s2[o] (dx̂ = [da | db]·W, so Σ_r dx̂[r, c]·x̂raw[r, c] is that
+     * sum over the hidden channels): C's owned rows see only dx̂ ∘ γ */
+    float ns1[2][2], s2[2][2]; /* [wa / wb][row h2] */
 #pragma unroll
-      for (int h2 = 0; h2 < 2; h2++) {
-        const int r = wl * 16 + g8 + 8 * h2;
-        float *ra = pa + ((int64_t)j * TC_HC + r) * TC_C, *rb2 = pa + ((int64_t)Hd + j * TC_HC + r) * TC_C;
+    for (int h2 = 0; h2 < 2; h2++) {
+      const float xa = wa[64 + 2 * h2] + wa[65 + 2 * h2], xb = wb[64 + 2 * h2] + wb[65 + 2 * h2];
+      ns1[0][h2] = __shfl_sync(0xffffffffu, xa, lane & ~3);
+      s2[0][h2] = __shfl_sync(0xffffffffu, xa, (lane & ~3) | 1);
+      ns1[1][h2] = __shfl_sync(0xffffffffu, xb, lane & ~3);
+      s2[1][h2] = __shfl_sync(0xffffffffu, xb, (lane & ~3) | 1);
+    }
+    float *pa = p.pab ? p.pab + (int64_t)cid * 2 * Hd * TC_C : NULL;
+    float *red = (float *)(sm + L::stage + L::ee); /* stage 0's factor block: B's alone, read */
 #pragma unroll
-        for (int i = 0; i < 16; i++) {
-          *(float2 *)(ra + 8 * i + 2 * t4) = make_float2(wa[4 * i + 2 * h2], wa[4 * i + 2 * h2 + 1]);
-          *(float2 *)(rb2 + 8 * i + 2 * t4) = make_float2(wb[4 * i + 2 * h2], wb[4 * i + 2 * h2 + 1]);
+    for (int i = 0; i < 16; i++) {
+      float pg[2] = {0.0f, 0.0f}, pb[2] = {0.0f, 0.0f};
+      const int c = 8 * i + 2 * t4; /* columns c, c + 1 */
+      float gc[2], bc[2];
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        gc[e] = p.mode == MF_LN_NONE ? 1.0f : mf_bf16_to_f32(p.gamma[c + e]);
+        bc[e] = p.mode == MF_LN_FULL ? mf_bf16_to_f32(p.beta[c + e]) : 0.0f;
+      }
+#pragma unroll
+      for (int ab2 = 0; ab2 < 2; ab2++)
+#pragma unroll
+        for (int h2 = 0; h2 < 2; h2++) {
+          const int r = wl * 16 + g8 + 8 * h2;
+          const int64_t row = ab2 ? (int64_t)Hd + j * TC_HC + r : (int64_t)j * TC_HC + r;
+          const float *acc = (ab2 ? wb : wa) + 4 * i + 2 * h2;
+          const float q0 = acc[0] + ns1[ab2][h2], q1 = acc[1] + ns1[ab2][h2], s = s2[ab2][h2];
+          if (pa) *(float2 *)(pa + row * TC_C + c) = make_float2(gc[0] * q0 + bc[0] * s, gc[1] * q1 + bc[1] * s);
+          if (p.part) {
+            const float2 w = __bfloat1622float2(*(const __nv_bfloat162 *)(p.w_ab + row * TC_C + c));
+            pg[0] += w.x * q0;
+            pg[1] += w.y * q1;
+            pb[0] += w.x * s;
+            pb[1] += w.y * s;
+          }
+        }
+      if (p.part) { /* Σ over the warp's rows (lanes of one t4), then the 4 warps via shared memory */
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+#pragma unroll
+          for (int o = 4; o < 32; o <<= 1) {
+            pg[e] += __shfl_xor_sync(0xffffffffu, pg[e], o);
+            pb[e] += __shfl_xor_sync(0xffffffffu, pb[e], o);
+          }
+        if (g8 == 0) {
+          *(float2 *)(red + wl * 2 * TC_C + 8 * i + 2 * t4) = make_float2(pg[0], pg[1]);
+          *(float2 *)(red + wl * 2 * TC_C + TC_C + 8 * i + 2 * t4) = make_float2(pb[0], pb[1]);
         }
       }
+    }
+    if (p.part) {
+      asm volatile("bar.sync 2, 128;\n" ::: "memory");
+      for (int c = bt; c < 2 * TC_C; c += 128)
+        p.part[(int64_t)blockIdx.x * 2 * TC_C + c] = red[c] + red[2 * TC_C + c] + red[4 * TC_C + c] + red[6 * TC_C + c];
     }
   } else {
     /* ---------------------------------------------------------------- WG C */
     tc_regs_c();
     constexpr int RPW = RPD / 4;               /* owned rows per warp: 2 (S = 8) .. 8 (S = 2) */
     constexpr int PF = RPW <= 4 ? RPW : 1;     /* rows whose x (and old dinp) load early */
-    const int ct = tid - 256;
     /* LN backward: the lane's columns c0, c0 + 1, c0 + 8, c0 + 9 (the pieces' order) */
     const int c0 = 16 * (lane >> 2) + 2 * (lane & 3);
-    float gl[4], pg[4] = {0, 0, 0, 0}, pb[4] = {0, 0, 0, 0};
-#pragma unroll
-    for (int e = 0; e < 4; e++) gl[e] = ((const float *)(sm + L::gb))[c0 + (e & 1) + 8 * (e >> 1)];
     float wo[2][32]; /* dW_o rows (C) 64·mh + 16·wl + g8 (+ 8), hidden columns of the chunk */
     const uint64_t dhh_mn = mf_wg_desc_mn(su + L::hh, L::BLK);
 #pragma unroll
@@ -471,17 +562,17 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
         const int m = wl + 4 * i;
         const int64_t row = row0 + 4 * i;
         if (row >= p.M) break; /* warp-uniform */
-        float dx[4] = {0, 0, 0, 0}; /* the piece (q, t4) = (lane / 4, lane % 4) of each source */
+        float gv[4] = {0, 0, 0, 0}; /* rs·(dx̂ ∘ γ): the piece (q, t4) = (lane / 4, lane % 4) of each source */
         const int pq = lane >> 2, pofs = tc_unit(m, pq >> 1, lane & 3) + (pq & 1) * 8;
 #pragma unroll
         for (int src = 0; src < S; src++) {
           const uint2 v = *(const uint2 *)(rv + src * RPD * TC_C * 2 + pofs);
           const float2 v01 = __bfloat1622float2(*(const __nv_bfloat162 *)&v.x);
           const float2 v23 = __bfloat1622float2(*(const __nv_bfloat162 *)&v.y);
-          dx[0] += v01.x;
-          dx[1] += v01.y;
-          dx[2] += v23.x;
-          dx[3] += v23.y;
+          gv[0] += v01.x;
+          gv[1] += v01.y;
+          gv[2] += v23.x;
+          gv[3] += v23.y;
         }
         uint2 xv = xpf[i < PF ? i : 0], ov = opf[i < PF ? i : 0];
         float mu = mpf[i < PF ? i : 0], rs = rpf[i < PF ? i : 0];
@@ -494,10 +585,9 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
         const float2 x01 = __bfloat1622float2(*(const __nv_bfloat162 *)&xv.x);
         const float2 x23 = __bfloat1622float2(*(const __nv_bfloat162 *)&xv.y);
         const float xh[4] = {(x01.x - mu) * rs, (x01.y - mu) * rs, (x23.x - mu) * rs, (x23.y - mu) * rs};
-        float gv[4], sg = 0.0f, sgx = 0.0f;
+        float sg = 0.0f, sgx = 0.0f;
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          gv[e] = dx[e] * gl[e];
           sg += gv[e];
           sgx += gv[e] * xh[e];
         }
@@ -511,7 +601,7 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
         if (p.dinp) {
           float d[4];
 #pragma unroll
-          for (int e = 0; e < 4; e++) d[e] = rs * (gv[e] - sg - xh[e] * sgx);
+          for (int e = 0; e < 4; e++) d[e] = gv[e] - sg - xh[e] * sgx; /* gv = rs·dx̂∘γ */
           if (p.add) {
             const float2 o01 = __bfloat1622float2(*(const __nv_bfloat162 *)&ov.x);
             const float2 o23 = __bfloat1622float2(*(const __nv_bfloat162 *)&ov.y);
@@ -522,11 +612,6 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
           }
           *(uint32_t *)(p.dinp + row * TC_C + c0) = mf_pack_bf16x2(d[0], d[1]);
           *(uint32_t *)(p.dinp + row * TC_C + c0 + 8) = mf_pack_bf16x2(d[2], d[3]);
-        }
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          pg[e] += dx[e] * xh[e];
-          pb[e] += dx[e];
         }
       }
       tc_bar_c(); /* every owned row of the buffer read */
@@ -547,19 +632,6 @@ static __global__ void __launch_bounds__(TC_THREADS, 1)
           for (int i = 0; i < 8; i++)
             *(float2 *)(ro + 8 * i + 2 * t4) = make_float2(wo[mh][4 * i + 2 * h2], wo[mh][4 * i + 2 * h2 + 1]);
         }
-    }
-    if (p.part) { /* the 4 warps' column sums in warp order, through the (idle) recv buffer */
-      float *red = (float *)(sm + L::recv);
-      tc_bar_c();
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        red[wl * 2 * TC_C + c0 + (e & 1) + 8 * (e >> 1)] = pg[e];
-        red[wl * 2 * TC_C + TC_C + c0 + (e & 1) + 8 * (e >> 1)] = pb[e];
-      }
-      tc_bar_c();
-      for (int c = ct; c < 2 * TC_C; c += 128)
-        p.part[(int64_t)blockIdx.x * 2 * TC_C + c] =
-            red[c] + red[2 * TC_C + c] + red[4 * TC_C + c] + red[6 * TC_C + c];
     }
   }
   mf_cluster_sync(); /* no CTA leaves while a peer may still address its shared memory */
