@@ -56,8 +56,8 @@
  * budgets; 2.18 / 0.61 for ln_gemm_bwd_wg.cu + cuBLAS). With no exchange at all (wrong
  * results, timing only) it took 1.25 ms: the remote stores, not the products, were what
  * A waited on (dev/cuda/README.md steps 21, 23 and 24). Folding the LayerNorm in (step
- * 29): 1.33–1.36 against 1.37–1.40 ms in the same job at N = 768 (0.36–0.37 against
- * 0.36 at N = 384).
+ * 29): 1.30–1.32 against 1.36–1.37 ms in the same job at N = 768 (0.354–0.359 against
+ * 0.358–0.362 at N = 384); 1.345 ms against torch.compile's 2.048 in the 00:40 UTC table.
  * Written by hand for the reason wgmma_ptx.cuh gives (no CUTLASS). */
 #include "transition_bwd_cl_cuda.h"
 
