@@ -1337,13 +1337,17 @@ int main(void) {
 
   /* the trimul's chunk staging lives in its dead gradient planes (host-side sizes): at the
    * AF3 sizes the workspace is sg (N², C) + three (Ch, N²) planes + what phase 3's staging
-   * (2 KiB a row) needs beyond one plane + the partials and mask (1350 MiB at N = 768 with a
+   * needs beyond one plane (2 KiB a row in tri_chunk's chunks, or 1.25 KiB a row in the
+   * fully fused backward's larger ones) + the partials and mask (1350 MiB at N = 768 with a
    * staging region of its own, 4 KiB a row) */
   for (int n = 384; n <= 1024; n += 128) {
     const double m = (double)n * n, planes = m * 128 * 2 * 4;
     const double rows = (double)mf_fusion_chunk_rows((int64_t)n * n, 128 * 8 + 128 * 10);
+    const double rows_f = (double)mf_fusion_chunk_rows_in((int64_t)n * n, 128 * 2 + 128 * 8,
+                                                          (size_t)1 << 30);
+    const double stage = rows * 2048 > rows_f * 1280 ? rows * 2048 : rows_f * 1280;
     const double wsz = (double)mf_trimul_cuda_workspace(n, 128, 128);
-    MF_TEST(wsz <= planes + rows * 2048 - m * 256 + (16 << 20),
+    MF_TEST(wsz <= planes + stage - m * 256 + (16 << 20),
             "trimul workspace N=%d C=Ch=128: %.1f MiB (sg and the planes: %.1f MiB)", n,
             wsz / 1048576.0, planes / 1048576.0);
   }

@@ -25,10 +25,14 @@ extern "C" int64_t mf_fusion_set_chunk_rows(int64_t rows) {
 }
 
 extern "C" int64_t mf_fusion_chunk_rows(int64_t M, size_t bytes_per_row) {
+  return mf_fusion_chunk_rows_in(M, bytes_per_row, MF_FUSION_STAGING_BYTES);
+}
+
+extern "C" int64_t mf_fusion_chunk_rows_in(int64_t M, size_t bytes_per_row, size_t budget) {
   if (M <= 0) return 1;
   if (g_chunk_override) return g_chunk_override < M ? g_chunk_override : M;
-  /* at most MF_FUSION_STAGING_BYTES of staging, in equal chunks (multiples of 256 rows) */
-  int64_t cap = (int64_t)(MF_FUSION_STAGING_BYTES / (bytes_per_row ? bytes_per_row : 1)) / 256 * 256;
+  /* at most `budget` bytes of staging, in equal chunks (multiples of 256 rows) */
+  int64_t cap = (int64_t)(budget / (bytes_per_row ? bytes_per_row : 1)) / 256 * 256;
   if (cap < 256) cap = 256;
   const int64_t chunks = (M + cap - 1) / cap;
   int64_t R = (M + chunks - 1) / chunks;

@@ -47,6 +47,8 @@ extern "C" {
 /* Rows per chunk for M rows of `bytes_per_row` staging bytes (equal chunks, a multiple of
  * 256 rows, at most M), or the override. */
 int64_t mf_fusion_chunk_rows(int64_t M, size_t bytes_per_row);
+/* The same for a budget of `budget` bytes instead of MF_FUSION_STAGING_BYTES. */
+int64_t mf_fusion_chunk_rows_in(int64_t M, size_t bytes_per_row, size_t budget);
 /* Forces the chunk to `rows` rows (0 = automatic), for tests and the lab; returns the
  * previous override. */
 int64_t mf_fusion_set_chunk_rows(int64_t rows);

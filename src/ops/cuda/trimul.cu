@@ -797,6 +797,7 @@ typedef struct {
   bf16 *dT, *dA, *dB; /* (Ch, ldm) channel-major gradients (backward), ldm = tri_ldm(M) */
   float *dwz_part;    /* trimul_ph1_wg.cu's dW_z partials (C = Ch = 128), else NULL */
   tri_stage fwd, ph1, ph3; /* the staging of the unfused forward, backward phases 1 and 3 */
+  tri_stage ph1f, ph3f;    /* phases 1 and 3 of the fully fused backward (tri_chunk_full) */
 } tri_ws;
 
 /* Rows per chunk: mf_fusion_chunk_rows (a multiple of 256, or M, unless a test overrides
@@ -808,15 +809,41 @@ static int64_t tri_chunk(int64_t M, int C, int Ch) {
   return R < M ? R : M;
 }
 
+/* The fully fused backward (phase 1 in trimul_ph1_wg.cu, phase 3 in ln_gemm_wg.cu's gated
+ * backward and gemm_ln_bwd_wg.cu) stages far less per row than tri_chunk's worst case (phase
+ * 1 only the bf16 gate logits, phase 3 x̂ and dP4 at a row stride of 4Ch: 1.25 KiB a row at
+ * C = Ch = 128 against 2.25 KiB), so it takes larger chunks, under a budget of its own: one
+ * chunk up to M ≈ 838 000 rows (N ≈ 915) at C = Ch = 128. At N = 768 one chunk instead of
+ * three took the triangle multiplication's backward from 2.31–2.33 to 2.16–2.17 ms and the
+ * Pairformer block's backward from 15.91–16.00 to 15.66–15.79 ms (H200, 2026-12-01, one job,
+ * three rounds: fewer kernel tails, split-K and parameter reductions), for 0.3 GiB more
+ * workspace (the block's peak 4.43 → 4.74 GiB). Beyond N ≈ 1200 the staging fits in the
+ * dead plane either way. */
+#define TRI_FULL_STAGING_BYTES ((size_t)1 << 30)
+static int64_t tri_chunk_full(int64_t M, int C, int Ch) {
+  int64_t R = mf_fusion_chunk_rows_in(M, (size_t)C * 2 + (size_t)Ch * 8, TRI_FULL_STAGING_BYTES);
+  if (R < M) R = R < 8 ? 8 : R / 8 * 8;
+  return R < M ? R : M;
+}
+
 /* The staging sets. TRI_FWD: the unfused forward (xh, P, y, u); TRI_PH1: the backward's
  * phase 1 (fused: gl as bf16, du, y, u, dy; unfused: xh, gl fp32, y, u, du, dy); TRI_PH3:
- * its phase 3 (xh, P, dxh). */
-enum { TRI_FWD, TRI_PH1, TRI_PH3 };
+ * its phase 3 (xh, P, dxh); TRI_PH1F, TRI_PH3F: the fully fused backward's phases 1 (gl as
+ * bf16) and 3 (xh, and P as (R, 4Ch): dP4 without the dgl columns). */
+enum { TRI_FWD, TRI_PH1, TRI_PH3, TRI_PH1F, TRI_PH3F };
 static size_t stage_carve(tri_stage *st, void *base, int64_t R, int C, int Ch, int set, int fused) {
   mf_carver cv = {(char *)base, 0};
   memset(st, 0, sizeof *st);
   st->R = R;
   const size_t rc = (size_t)R * C, rh = (size_t)R * Ch;
+  if (set == TRI_PH1F || set == TRI_PH3F) {
+    if (set == TRI_PH1F) st->gl = (float *)mf_carve(&cv, rc * sizeof(bf16));
+    else {
+      st->xh = (bf16 *)mf_carve(&cv, rc * sizeof(bf16));
+      st->P = (bf16 *)mf_carve(&cv, (size_t)R * 4 * Ch * sizeof(bf16));
+    }
+    return cv.used;
+  }
   if (set == TRI_FWD || set == TRI_PH3 || !fused) st->xh = (bf16 *)mf_carve(&cv, rc * sizeof(bf16));
   if (set != TRI_PH1) st->P = (bf16 *)mf_carve(&cv, (size_t)R * (4 * Ch + C) * sizeof(bf16));
   if (set != TRI_PH3) st->y = (bf16 *)mf_carve(&cv, (size_t)tri_ldm(R) * Ch * sizeof(bf16));
@@ -838,19 +865,24 @@ static size_t stage_carve(tri_stage *st, void *base, int64_t R, int C, int Ch, i
  * dT), the unfused forward's into all four (the planes are backward-only). extra is what
  * the largest set needs beyond its planes, over both paths (fused or not: decided per call
  * from pointers); at N = 768, C = Ch = 128 phase 3's fused set (xh, P, dxh: 2 KiB a row)
- * needs 252 MiB beyond dT, and the workspace went from 1350 to 822 MiB. */
+ * needs 252 MiB beyond dT, and the workspace went from 1350 to 822 MiB; the fully fused
+ * backward's one chunk (x̂ and dP4, 1.25 KiB a row) needs 576 MiB beyond dT: 1167 MiB. */
 static size_t ws_carve(tri_ws *w, void *base, int N, int C, int Ch, int fused) {
   const int64_t M = (int64_t)N * N, R = tri_chunk(M, C, Ch), ldm = tri_ldm(M);
+  const int64_t Rf = tri_chunk_full(M, C, Ch), Rm = R > Rf ? R : Rf;
   const int cm = C > Ch ? C : Ch;
-  int parts = mf_ln_rows_backward_parts(R);
+  /* the row LN backward's blocks (≤ 1056; trimul_ph1_wg and gemm_ln_bwd_wg take fewer), or
+   * the channel-major LN backward's tiles, which run in tri_chunk's chunks only */
+  int parts = mf_ln_rows_backward_parts(Rm);
   if (ln_cm_bwd_parts(R) > parts) parts = ln_cm_bwd_parts(R);
   const size_t plane = mf_cuda_align((size_t)ldm * Ch * sizeof(bf16));
-  const size_t room[3] = {3 * plane, 2 * plane, plane}; /* FWD, PH1, PH3 without extra */
+  /* FWD, PH1, PH3, PH1F, PH3F without extra */
+  const size_t room[5] = {3 * plane, 2 * plane, plane, 2 * plane, plane};
   size_t extra = 0;
   tri_stage st;
-  for (int set = 0; set < 3; set++)
+  for (int set = 0; set < 5; set++)
     for (int f = 0; f < 2; f++) {
-      const size_t b = stage_carve(&st, NULL, R, C, Ch, set, f);
+      const size_t b = stage_carve(&st, NULL, set >= TRI_PH1F ? Rf : R, C, Ch, set, f);
       if (b > room[set] && b - room[set] > extra) extra = b - room[set];
     }
   extra = mf_cuda_align(extra);
@@ -866,6 +898,8 @@ static size_t ws_carve(tri_ws *w, void *base, int N, int C, int Ch, int fused) {
   stage_carve(&w->fwd, p0, R, C, Ch, TRI_FWD, fused);
   stage_carve(&w->ph3, p0, R, C, Ch, TRI_PH3, fused);
   stage_carve(&w->ph1, p0 ? p0 + plane : NULL, R, C, Ch, TRI_PH1, fused);
+  stage_carve(&w->ph3f, p0, Rf, C, Ch, TRI_PH3F, 1);
+  stage_carve(&w->ph1f, p0 ? p0 + plane : NULL, Rf, C, Ch, TRI_PH1F, 1);
   w->dwz_part = C == 128 && Ch == 128 ? (float *)mf_carve(&cv, mf_trimul_ph1_wg_part_bytes()) : NULL;
   return cv.used;
 }
@@ -1022,7 +1056,22 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
                              tri_al16(b.ph3.P + 2 * Ch) && tri_al16(w->w_cat + (int64_t)2 * Ch * C) &&
                              tri_al16(b.dA) && tri_al16(b.dB);
   if (!fused_gate_bwd) ws_carve(&b, ws, N, C, Ch, 0);
-  const tri_stage *p1 = &b.ph1, *p3 = &b.ph3;
+  const float *dmask = rd ? b.mask : NULL;
+  /* the fully fused backward (tri_chunk_full): every chunk of phase 1 in trimul_ph1_wg.cu
+   * and of phase 3 in gemm_ln_bwd_wg.cu, so that its staging holds only the bf16 gate logits
+   * (phase 1) and x̂ and dP4 at row stride 4Ch (phase 3), in larger chunks */
+  int full = fused_gate_bwd && b.dwz_part && mf_gemm_ln_bwd_enabled() &&
+             mf_ln_gemm_wg_supported(C, Ch, 4, MF_LN_FULL, z, b.ph3f.P, w->w_cat) &&
+             mf_ln_gemm_wg_supported(C, C, 0, MF_LN_FULL, z, b.ph1f.gl, w_g) &&
+             tri_al16(b.ph3f.P + 2 * Ch);
+  for (int64_t r0 = 0; full && r0 < M; r0 += b.ph3f.R) {
+    const mf_gemm_ln_term tf[2] = {{b.ph3f.P, K4, w->w_cat, K4}, {dgl + r0 * C, C, w_g, C}};
+    full = mf_trimul_ph1_wg_supported(C, Ch, ldm, r0, dgl, b.dT, s.t, dout, (bf16 *)b.ph1f.gl,
+                                      w->w_z, dmask) &&
+           mf_gemm_ln_bwd_supported(tf, 2, C, MF_LN_FULL, z + r0 * C, dz + r0 * C);
+  }
+  const tri_stage *p1 = full ? &b.ph1f : &b.ph1, *p3 = full ? &b.ph3f : &b.ph3;
+  const int ldp = full ? K4 : K; /* P's row stride in phase 3 */
 
   /* phase 1, per chunk: out = σ(gl) ⊙ u, u = y·W_zᵀ, y = LN_out(T)
    *   ⇒ du = d⊙σ, dgl = d⊙u⊙σ(1−σ); dW_z += duᵀ·y; dW_g += dglᵀ·x̂; dy = du·W_z;
@@ -1041,7 +1090,6 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
       mf_gemm_rm_cuda(blas, stream, 0, 1, rows, C, C, 1.0f, p1->xh, C, w_g, C, 0.0f, p1->gl,
                       MF_GEMM_OUT_F32, C);
     }
-    const float *dmask = rd ? b.mask : NULL;
     if (fused_gate_bwd && b.dwz_part &&
         mf_trimul_ph1_wg_supported(C, Ch, ldm, r0, dgl, b.dT, s.t, dout, glb, w->w_z, dmask)) {
       /* the rest of the phase in one kernel (trimul_ph1_wg.cu): y, u, du, dy never reach HBM */
@@ -1105,18 +1153,18 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
                     C, MF_LN_FULL, 1, stream);
     if (fused_gate_bwd) { /* P ← [dap | dag | dbp | dbg | dgl] straight from z (variant 2) */
       const uint8_t *pmc = pm ? pm + r0 : NULL;
-      mf_ln_gemm_wg_gated_bwd_cuda(p3->P, K, b.dA + r0, ldm, NULL, NULL, z + r0 * C, w->ln_in_g,
+      mf_ln_gemm_wg_gated_bwd_cuda(p3->P, ldp, b.dA + r0, ldm, NULL, NULL, z + r0 * C, w->ln_in_g,
                                    w->ln_in_b, w->w_cat, pmc, rows, C, Ch, MF_LN_FULL, stream);
-      mf_ln_gemm_wg_gated_bwd_cuda(p3->P + 2 * Ch, K, b.dB + r0, ldm, NULL, NULL, z + r0 * C,
+      mf_ln_gemm_wg_gated_bwd_cuda(p3->P + 2 * Ch, ldp, b.dB + r0, ldm, NULL, NULL, z + r0 * C,
                                    w->ln_in_g, w->ln_in_b, w->w_cat + (int64_t)2 * Ch * C, pmc,
                                    rows, C, Ch, MF_LN_FULL, stream);
       /* dx̂ = dP4·W_cat[0:4Ch] + dgl·W_g and the LayerNorm backward in one kernel
        * (gemm_ln_bwd_wg.cu): no fp32 dx̂ in HBM and no copy of dgl into P */
-      const mf_gemm_ln_term tt[2] = {{p3->P, K, w->w_cat, K4}, {dgl + r0 * C, C, w_g, C}};
+      const mf_gemm_ln_term tt[2] = {{p3->P, ldp, w->w_cat, K4}, {dgl + r0 * C, C, w_g, C}};
       if (mf_gemm_ln_bwd_enabled() &&
           mf_gemm_ln_bwd_supported(tt, 2, C, MF_LN_FULL, z + r0 * C, dz + r0 * C)) {
         if (dw_cat) { /* dW_cat[0:4Ch] += dP4ᵀ·x̂, dW_g += dglᵀ·x̂ */
-          mf_gemm_rm_cuda(blas, stream, 1, 0, K4, C, rows, 1.0f, p3->P, K, p3->xh, C, 1.0f, dw_cat,
+          mf_gemm_rm_cuda(blas, stream, 1, 0, K4, C, rows, 1.0f, p3->P, ldp, p3->xh, C, 1.0f, dw_cat,
                           MF_GEMM_OUT_F32, C);
           mf_gemm_rm_cuda(blas, stream, 1, 0, C, C, rows, 1.0f, dgl + r0 * C, C, p3->xh, C, 1.0f,
                           dw_g, MF_GEMM_OUT_F32, C);
@@ -1127,6 +1175,7 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
         mf_ln_param_grad_reduce_cuda(G(ln_in_g), G(ln_in_b), b.part, parts, C, stream);
         continue;
       }
+      MF_ASSERT(!full, "trimul_cuda: the fully fused phase 3 fell back");
       MF_CHECK_CUDA(cudaMemcpy2DAsync(p3->P + K4, (size_t)K * 2, dgl + r0 * C, (size_t)C * 2,
                                       (size_t)C * 2, (size_t)rows, cudaMemcpyDeviceToDevice, stream));
       if (dw_cat) /* dW_cat (w_g's rows included) += Pᵀ·x̂ */
