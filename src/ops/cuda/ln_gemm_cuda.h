@@ -89,12 +89,16 @@ void mf_ln_gemm_wg_cm_cuda(__nv_bfloat16 *out, int64_t ldm, float *mean, float *
 /* The gated projection's backward with its forward recomputed (epilogue 4; C = 128,
  * O <= 192; ln_gemm_wg.cu): p | g = x̂·[W_p; W_g]ᵀ (w (2O, C)), d = mask ⊙ dcm with dcm
  * (O, ldm) channel-major (ldm >= M, a multiple of 8), out (M, ldo) rows = [d ⊙ σ(g) |
- * d ⊙ p ⊙ σ(g)(1 − σ(g))] (ldo >= 2O, a multiple of 8); mean, rstd written unless NULL. */
-void mf_ln_gemm_wg_gated_bwd_cuda(__nv_bfloat16 *out, int64_t ldo, const __nv_bfloat16 *dcm,
-                                  int64_t ldm, float *mean, float *rstd, const __nv_bfloat16 *x,
-                                  const __nv_bfloat16 *gamma, const __nv_bfloat16 *beta,
-                                  const __nv_bfloat16 *w, const uint8_t *mask, int64_t M, int C,
-                                  int O, mf_ln_mode mode, cudaStream_t stream);
+ * d ⊙ p ⊙ σ(g)(1 − σ(g))] (ldo >= 2O, a multiple of 8); mean, rstd written unless NULL.
+ * xhat (M, C), unless NULL: x̂ = LN(x) stored as well where the kernel stores by TMA (the
+ * caller's dW GEMMs then need no LayerNorm pass of their own); returns 1 when x̂ was
+ * stored (trivially for M = 0), else 0. */
+int mf_ln_gemm_wg_gated_bwd_cuda(__nv_bfloat16 *out, int64_t ldo, __nv_bfloat16 *xhat,
+                                 const __nv_bfloat16 *dcm, int64_t ldm, float *mean, float *rstd,
+                                 const __nv_bfloat16 *x, const __nv_bfloat16 *gamma,
+                                 const __nv_bfloat16 *beta, const __nv_bfloat16 *w,
+                                 const uint8_t *mask, int64_t M, int C, int O, mf_ln_mode mode,
+                                 cudaStream_t stream);
 /* The plain epilogue (0) into the first columns of a wider row-major matrix: out (M, ldo),
  * of the O computed columns (w (O, C)) only columns 0 .. ncols − 1 stored (ncols <= O and
  * ldo, multiples of 8; out 16-byte aligned); the rest of each row untouched. (The triangle

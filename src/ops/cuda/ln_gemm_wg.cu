@@ -289,11 +289,12 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
                   const bf16 *__restrict__ beta, const bf16 *__restrict__ w,
                   const bf16 *__restrict__ bias, const uint8_t *__restrict__ mask, int64_t M,
                   int O, int64_t ldm, int mode, int nbuf, const bf16 *__restrict__ dcm, int64_t ldo,
-                  int ost, const __grid_constant__ CUtensorMap omap, int tst) {
+                  int ost, const __grid_constant__ CUtensorMap omap, int tst,
+                  const __grid_constant__ CUtensorMap xmap, int xst) {
   /* out (M, ldo) of which columns 0 .. ost − 1 are stored (row-major epilogues 0 and 3; the
    * others store all O), or (O, ldm) channel-major when ldm > 0; mean, rstd (M); x (M, C);
    * gamma, beta (C); w (nacc, C); bias (O); mask (M); tst: the stores by TMA (else by all
-   * threads) */
+   * threads); xst (only with tst): x̂ itself stored too, by TMA through xmap (M, C) */
   extern __shared__ unsigned char lw_raw[];
   unsigned char *sm = lw_raw + ((1024u - (mf_smem_u32(lw_raw) & 1023u)) & 1023u);
   constexpr int R = LW_SUB * NWG, THREADS = 128 * NWG; /* rows of a CTA's tile layouts */
@@ -359,6 +360,12 @@ ln_gemm_wg_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__res
     lg_ln_tile_v<C, R>((bf16 *)xa, xb, mean, rstd, m0 - wg * LW_SUB, M, g, bb, mode, warp, lane);
     mf_fence_proxy_async();
     mf_bar_wg(wg); /* x̂ ready for wgmma; xb free */
+    if (xst && tid == 0) { /* x̂'s 64 × 64 blocks are TMA boxes already (the 128-byte swizzle);
+                            * the next subtile rewrites them after mf_bulk_wait_read above */
+#pragma unroll
+      for (int b = 0; b < C / 64; b++) mf_tma_store_2d(&xmap, 64 * b, (int)m0, xa_u + b * R * 128);
+      mf_bulk_commit();
+    }
     load_raw(buf, s + nbuf * stride);
     if (++buf == nbuf) {
       buf = 0;
@@ -398,6 +405,7 @@ typedef struct {
   const uint8_t *mask;
   int64_t M, ldm, ldo;
   int O, mode, ost; /* ost: the row-major plain / sigmoid epilogues' stored columns (<= O) */
+  bf16 *xhat;       /* epilogue 4: x̂ (M, C) stored too where the TMA stores run, else NULL */
 } lw_args;
 
 /* The TMA store epilogue for the kernels in MF_LN_GEMM_WG_TMA_STORE's mask (read once; for
@@ -419,8 +427,9 @@ static int lw_tma_store_on(int nwg, bool cm, int epi) {
   return mask & (epi == 4 ? 8 : cm ? 4 : nwg == 3 ? 1 : 2);
 }
 
+/* Returns whether x̂ was stored (a.xhat, epilogue 4 with TMA stores). */
 template <int C, int EPI, int NWG, bool CM>
-static void lw_launch_n(const lw_args &a, cudaStream_t s) {
+static int lw_launch_n(const lw_args &a, cudaStream_t s) {
   /* out as 64 × 64 boxes in the staging's 128-byte swizzle: (ost columns, M rows) at row
    * stride ldo (epilogue 4: the 2O columns of [dp | dg]), or channel-major (M, O) at channel
    * stride ldm */
@@ -434,6 +443,14 @@ static void lw_launch_n(const lw_args &a, cudaStream_t s) {
     const uint32_t box[2] = {64, 64};
     tst = mf_tma_encode_bf16(&omap, a.out, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B) == 0;
   }
+  CUtensorMap xmap;
+  memset(&xmap, 0, sizeof xmap);
+  int xst = 0;
+  if (EPI == 4 && tst && a.xhat && (uintptr_t)a.xhat % 16 == 0) {
+    const uint64_t dims[2] = {(uint64_t)C, (uint64_t)a.M}, strides[1] = {(uint64_t)C * 2};
+    const uint32_t box[2] = {64, 64};
+    xst = mf_tma_encode_bf16(&xmap, a.xhat, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B) == 0;
+  }
   const int nbuf = lw_nbuf(C, a.O, EPI, NWG, lw_min_nb(EPI, NWG));
   const size_t smem = lw_smem_bytes(C, a.O, EPI, nbuf, NWG);
   MF_CHECK_CUDA(cudaFuncSetAttribute(ln_gemm_wg_kernel<C, EPI, NWG, CM>,
@@ -442,49 +459,47 @@ static void lw_launch_n(const lw_args &a, cudaStream_t s) {
   const int grid = (int)(ntile < mf_sm_count() ? ntile : mf_sm_count());
   ln_gemm_wg_kernel<C, EPI, NWG, CM><<<grid, 128 * NWG, smem, s>>>(
       a.out, a.mean, a.rstd, a.x, a.gamma, a.beta, a.w, a.bias, a.mask, a.M, a.O, a.ldm, a.mode,
-      nbuf, a.dcm, a.ldo, a.ost, omap, tst);
+      nbuf, a.dcm, a.ldo, a.ost, omap, tst, xmap, xst);
   MF_CHECK_LAUNCH();
+  return xst;
 }
 
 template <int C, int EPI>
-static void lw_launch(const lw_args &a, cudaStream_t s) {
+static int lw_launch(const lw_args &a, cudaStream_t s) {
   if constexpr (EPI == 1 || EPI == 3) /* the channel-major kernels (the triangle multiplication's) */
     if (a.ldm > 0) {
-      if (EPI == 1 && lw_nwg(C, a.O, EPI) == 3) lw_launch_n<C, EPI, 3, true>(a, s);
-      else lw_launch_n<C, EPI, 2, true>(a, s);
-      return;
+      if (EPI == 1 && lw_nwg(C, a.O, EPI) == 3) return lw_launch_n<C, EPI, 3, true>(a, s);
+      return lw_launch_n<C, EPI, 2, true>(a, s);
     }
   MF_ASSERT(a.ldm == 0 || EPI == 4, "ln_gemm_wg: channel-major out with epilogue %d", EPI);
   if constexpr (EPI == 0 || EPI == 1 || EPI == 3)
-    if (lw_nwg(C, a.O, EPI) == 3) {
-      lw_launch_n<C, EPI, 3, false>(a, s);
-      return;
-    }
-  lw_launch_n<C, EPI, 2, false>(a, s);
+    if (lw_nwg(C, a.O, EPI) == 3) return lw_launch_n<C, EPI, 3, false>(a, s);
+  return lw_launch_n<C, EPI, 2, false>(a, s);
 }
 
-static void lw_run(lw_args a, int C, int epilogue, cudaStream_t stream) {
+/* Returns whether x̂ was stored (a.xhat; trivially for M = 0). */
+static int lw_run(lw_args a, int C, int epilogue, cudaStream_t stream) {
   const mf_ln_mode mode = (mf_ln_mode)a.mode;
   MF_ASSERT(mf_ln_gemm_wg_supported(C, a.O, epilogue, mode, a.x, a.out, a.w),
             "ln_gemm_wg: unsupported C=%d O=%d epilogue=%d mode=%d (or alignment)", C, a.O,
             epilogue, a.mode);
   lg_check_ln_args("ln_gemm_wg", mode, a.gamma, a.beta, a.mean, a.rstd, 0);
-  if (a.M <= 0) return;
+  if (a.M <= 0) return 1;
   if (mode == MF_LN_IDENTITY) a.mean = a.rstd = NULL;
 #define LW_CASE(C_)                                                                            \
   if (C == C_) {                                                                               \
     switch (epilogue) {                                                                        \
-    case 0: lw_launch<C_, 0>(a, stream); break;                                                \
-    case 1: lw_launch<C_, 1>(a, stream); break;                                                \
-    case 2: lw_launch<C_, 2>(a, stream); break;                                                \
-    case 3: lw_launch<C_, 3>(a, stream); break;                                                \
-    default: lw_launch<C_, 4>(a, stream); break;                                               \
+    case 0: return lw_launch<C_, 0>(a, stream);                                                \
+    case 1: return lw_launch<C_, 1>(a, stream);                                                \
+    case 2: return lw_launch<C_, 2>(a, stream);                                                \
+    case 3: return lw_launch<C_, 3>(a, stream);                                                \
+    default: return lw_launch<C_, 4>(a, stream);                                               \
     }                                                                                          \
-    return;                                                                                    \
   }
   LW_CASE(64)
   LW_CASE(128)
 #undef LW_CASE
+  return 0;
 }
 
 extern "C" void mf_ln_gemm_wg_cuda(bf16 *out, float *mean, float *rstd, const bf16 *x,
@@ -492,7 +507,7 @@ extern "C" void mf_ln_gemm_wg_cuda(bf16 *out, float *mean, float *rstd, const bf
                                    const bf16 *bias, const uint8_t *mask, int64_t M, int C, int O,
                                    mf_ln_mode mode, int epilogue, cudaStream_t stream) {
   MF_ASSERT(epilogue != 4, "ln_gemm_wg: epilogue 4 is mf_ln_gemm_wg_gated_bwd_cuda");
-  const lw_args a = {out, mean, rstd, x, gamma, beta, w, bias, NULL, mask, M, 0, O, O, (int)mode, O};
+  const lw_args a = {out, mean, rstd, x, gamma, beta, w, bias, NULL, mask, M, 0, O, O, (int)mode, O, NULL};
   lw_run(a, C, epilogue, stream);
 }
 
@@ -505,22 +520,23 @@ extern "C" void mf_ln_gemm_wg_cm_cuda(bf16 *out, int64_t ldm, float *mean, float
             "ln_gemm_wg_cm: channel stride ldm=%lld (>= M=%lld, a multiple of 8)", (long long)ldm,
             (long long)M);
   MF_ASSERT(epilogue == 1 || epilogue == 3, "ln_gemm_wg_cm: epilogue %d (1 or 3)", epilogue);
-  const lw_args a = {out, mean, rstd, x, gamma, beta, w, bias, NULL, mask, M, ldm, O, O, (int)mode, O};
+  const lw_args a = {out, mean, rstd, x, gamma, beta, w, bias, NULL, mask, M, ldm, O, O, (int)mode, O, NULL};
   lw_run(a, C, epilogue, stream);
 }
 
-extern "C" void mf_ln_gemm_wg_gated_bwd_cuda(bf16 *out, int64_t ldo, const bf16 *dcm, int64_t ldm,
-                                             float *mean, float *rstd, const bf16 *x,
-                                             const bf16 *gamma, const bf16 *beta, const bf16 *w,
-                                             const uint8_t *mask, int64_t M, int C, int O,
-                                             mf_ln_mode mode, cudaStream_t stream) {
+extern "C" int mf_ln_gemm_wg_gated_bwd_cuda(bf16 *out, int64_t ldo, bf16 *xhat, const bf16 *dcm,
+                                            int64_t ldm, float *mean, float *rstd, const bf16 *x,
+                                            const bf16 *gamma, const bf16 *beta, const bf16 *w,
+                                            const uint8_t *mask, int64_t M, int C, int O,
+                                            mf_ln_mode mode, cudaStream_t stream) {
   MF_ASSERT(dcm && ldm >= M && ldm % 8 == 0 && (uintptr_t)dcm % 16 == 0,
             "ln_gemm_wg_gated_bwd: dcm with channel stride ldm=%lld (>= M=%lld, a multiple of 8, "
             "16-byte aligned)", (long long)ldm, (long long)M);
   MF_ASSERT(ldo >= 2 * O && ldo % 8 == 0, "ln_gemm_wg_gated_bwd: out row stride ldo=%lld (>= 2·O=%d, a multiple of 8)",
             (long long)ldo, 2 * O);
-  const lw_args a = {out, mean, rstd, x, gamma, beta, w, NULL, dcm, mask, M, ldm, ldo, O, (int)mode, O};
-  lw_run(a, C, 4, stream);
+  const lw_args a = {out, mean, rstd, x, gamma, beta, w, NULL, dcm, mask, M, ldm, ldo, O, (int)mode,
+                     O, xhat};
+  return lw_run(a, C, 4, stream);
 }
 
 extern "C" void mf_ln_gemm_wg_ld_cuda(bf16 *out, int64_t ldo, int ncols, float *mean, float *rstd,
@@ -530,6 +546,6 @@ extern "C" void mf_ln_gemm_wg_ld_cuda(bf16 *out, int64_t ldo, int ncols, float *
   MF_ASSERT(ncols > 0 && ncols <= O && ncols % 8 == 0 && ldo >= ncols && ldo % 8 == 0,
             "ln_gemm_wg_ld: ncols=%d (<= O=%d, a multiple of 8), row stride ldo=%lld (>= ncols, a "
             "multiple of 8)", ncols, O, (long long)ldo);
-  const lw_args a = {out, mean, rstd, x, gamma, beta, w, bias, NULL, NULL, M, 0, ldo, O, (int)mode, ncols};
+  const lw_args a = {out, mean, rstd, x, gamma, beta, w, bias, NULL, NULL, M, 0, ldo, O, (int)mode, ncols, NULL};
   lw_run(a, C, 0, stream);
 }

@@ -1149,15 +1149,21 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
   const int64_t R3 = p3->R;
   for (int64_t r0 = 0; r0 < M; r0 += R3) {
     const int64_t rows = M - r0 < R3 ? M - r0 : R3;
-    mf_ln_rows_cuda(p3->xh, s.mu_in + r0, s.rs_in + r0, z + r0 * C, w->ln_in_g, w->ln_in_b, rows,
-                    C, MF_LN_FULL, 1, stream);
-    if (fused_gate_bwd) { /* P ← [dap | dag | dbp | dbg | dgl] straight from z (variant 2) */
+    int xh_done = 0; /* x̂ (for the dW GEMMs) stored by the first gated backward */
+    if (fused_gate_bwd) { /* P ← [dap | dag | dbp | dbg] straight from z (variant 2) */
       const uint8_t *pmc = pm ? pm + r0 : NULL;
-      mf_ln_gemm_wg_gated_bwd_cuda(p3->P, ldp, b.dA + r0, ldm, NULL, NULL, z + r0 * C, w->ln_in_g,
-                                   w->ln_in_b, w->w_cat, pmc, rows, C, Ch, MF_LN_FULL, stream);
-      mf_ln_gemm_wg_gated_bwd_cuda(p3->P + 2 * Ch, ldp, b.dB + r0, ldm, NULL, NULL, z + r0 * C,
-                                   w->ln_in_g, w->ln_in_b, w->w_cat + (int64_t)2 * Ch * C, pmc,
-                                   rows, C, Ch, MF_LN_FULL, stream);
+      xh_done = mf_ln_gemm_wg_gated_bwd_cuda(p3->P, ldp, p3->xh, b.dA + r0, ldm, NULL, NULL,
+                                             z + r0 * C, w->ln_in_g, w->ln_in_b, w->w_cat, pmc,
+                                             rows, C, Ch, MF_LN_FULL, stream);
+      mf_ln_gemm_wg_gated_bwd_cuda(p3->P + 2 * Ch, ldp, NULL, b.dB + r0, ldm, NULL, NULL,
+                                   z + r0 * C, w->ln_in_g, w->ln_in_b,
+                                   w->w_cat + (int64_t)2 * Ch * C, pmc, rows, C, Ch, MF_LN_FULL,
+                                   stream);
+    }
+    if (!xh_done)
+      mf_ln_rows_cuda(p3->xh, s.mu_in + r0, s.rs_in + r0, z + r0 * C, w->ln_in_g, w->ln_in_b, rows,
+                      C, MF_LN_FULL, 1, stream);
+    if (fused_gate_bwd) {
       /* dx̂ = dP4·W_cat[0:4Ch] + dgl·W_g and the LayerNorm backward in one kernel
        * (gemm_ln_bwd_wg.cu): no fp32 dx̂ in HBM and no copy of dgl into P */
       const mf_gemm_ln_term tt[2] = {{p3->P, ldp, w->w_cat, K4}, {dgl + r0 * C, C, w_g, C}};
