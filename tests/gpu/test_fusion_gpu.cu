@@ -455,16 +455,22 @@ static void test_transition_inplace(int64_t M, int C, int Hd, mf_ln_mode mode, u
   }
   /* out-of-place with the residual read where it lies (mf_transition_forward_res_cuda, the
    * Pairformer block's z5 = z4 + PT(z4)): res = inp and out a buffer of its own, then res a
-   * third buffer; both bit-identical to the in-place run */
+   * third buffer, then also a copy of the result into a fourth; all bit-identical to the
+   * in-place run */
   mf_bf16_t *x_d = to_bf16(x, M * C), *o2_d = (mf_bf16_t *)dev_alloc(M * C * 2);
+  mf_bf16_t *o3_d = (mf_bf16_t *)dev_alloc(M * C * 2);
   const mf_bf16_t *res_d[2] = {x_d, to_bf16(x, M * C)};
-  for (int r = 0; r < 2; r++) {
+  for (int r = 0; r < 3; r++) {
     poison(o2_d, M * C * 2);
-    mf_transition_forward_res_cuda(o2_d, res_d[r], mean_d, rstd_d, x_d, g_d, b_d, Wab_d, Wo_d, M, C, Hd,
-                                   mode, ws, wsb, &g_blas, 0);
+    poison(o3_d, M * C * 2);
+    mf_transition_forward_res_cuda(o2_d, r == 2 ? o3_d : NULL, res_d[r & 1], mean_d, rstd_d, x_d,
+                                   g_d, b_d, Wab_d, Wo_d, M, C, Hd, mode, ws, wsb, &g_blas, 0);
     MF_CHECK_CUDA(cudaDeviceSynchronize());
     MF_TEST(dev_same(o2_d, z_d, (size_t)M * C * 2), "%s: out = res + T(inp) into another buffer, %s, bit-identical",
-            what, r ? "res a copy of inp in a third buffer" : "res = inp");
+            what, r == 1 ? "res a copy of inp in a third buffer" : "res = inp");
+    if (r == 2)
+      MF_TEST(dev_same(o3_d, z_d, (size_t)M * C * 2), "%s: the result's copy (copy), bit-identical",
+              what);
   }
   end_runs(runs, what);
   dev_free_all();
@@ -1097,6 +1103,15 @@ int main(void) {
   if (getenv("MF_FUSION_TEST_CL")) { /* the cluster transition backward alone: small (=1, for
                                       * compute-sanitizer) or its full set (=2, to rerun many times) */
     test_transition_cl(&s, atoi(getenv("MF_FUSION_TEST_CL")) != 2);
+    mf_cuda_blas_destroy(&g_blas);
+    return mf_test_end();
+  }
+  if (getenv("MF_FUSION_TEST_TR")) { /* the transition forward's wgmma kernel alone (in place,
+                                      * and with the residual and the copy), three shapes */
+    test_transition_inplace(300, 128, 512, MF_LN_FULL, s += 20, 3);
+    test_transition_inplace(4099, 128, 512, MF_LN_SCALE, s += 20, 3);
+    test_transition_inplace(129, 128, 128, MF_LN_NONE, s += 20, 3);
+    test_transition_inplace(300, 384, 1536, MF_LN_FULL, s += 20, 3); /* not taken: the copy by cudaMemcpy */
     mf_cuda_blas_destroy(&g_blas);
     return mf_test_end();
   }

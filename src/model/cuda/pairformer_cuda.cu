@@ -268,7 +268,7 @@ void mf_pf_cuda_block_forward(bf16 *s_out, bf16 *z_out, void *saved, const bf16 
             "pf_cuda block: workspace %zu < %zu", ws_bytes, mf_pf_cuda_block_workspace(c, N, keep));
   saved_views v = saved_layout(saved, c, N, keep);
   const int64_t M = (int64_t)N * N;
-  const size_t zb = (size_t)M * c->c_z * sizeof(bf16), sbytes = (size_t)N * c->c_s * sizeof(bf16);
+  const size_t sbytes = (size_t)N * c->c_s * sizeof(bf16);
   const int Cz = c->c_z, Cs = c->c_s;
 
   /* the four triangle updates: z_{k+1} = z_k + drop(U_k(z_k)), the op's epilogue reading the
@@ -289,12 +289,11 @@ void mf_pf_cuda_block_forward(bf16 *s_out, bf16 *z_out, void *saved, const bf16 
     zin = v.z[k];
     prof_mark(k + 1, st);
   }
-  /* pair transition: z5 = z4 + PT(z4) */
+  /* pair transition: z5 = z4 + PT(z4), into the saved z5 and the block's output at once */
   const mf_pf_cuda_transition *pt = &w->pair_trans;
-  mf_transition_forward_res_cuda(v.z[4], v.z[3], v.pt_mean, v.pt_rstd, v.z[3], pt->ln_g, pt->ln_b,
-                                 pt->w_ab, pt->w_o, M, Cz, c->n_trans * Cz, MF_LN_FULL, ws,
-                                 ws_bytes, blas, st);
-  copy_dev(z_out, v.z[4], zb, st);
+  mf_transition_forward_res_cuda(v.z[4], z_out, v.z[3], v.pt_mean, v.pt_rstd, v.z[3], pt->ln_g,
+                                 pt->ln_b, pt->w_ab, pt->w_o, M, Cz, c->n_trans * Cz, MF_LN_FULL,
+                                 ws, ws_bytes, blas, st);
   prof_mark(5, st);
 
   /* single track: s1 = s + APB(s, z5); s_out = s1 + T(s1) */

@@ -168,14 +168,16 @@ void mf_transition_fused_forward_cuda(__nv_bfloat16 *out, float *mean, float *rs
 
 /* The same transition as one wgmma kernel (transition_wg.cu, sm_90a): C = 128,
  * Hd % 64 == 0, Hd >= 128, 16-byte aligned pointers; out = res + transition(inp) where
- * res (M, C) is not NULL (it may be out or inp; 16-byte aligned), else out = transition(inp). */
+ * res (M, C) is not NULL (it may be out or inp; 16-byte aligned), else out = transition(inp);
+ * out2 (M, C), unless NULL (16-byte aligned, overlapping nothing), gets the same rows. */
 int mf_transition_wg_supported(int C, int Hd, mf_ln_mode mode, const void *inp, const void *out,
                                const void *w_ab, const void *w_o);
 void mf_transition_wg_forward_cuda(__nv_bfloat16 *out, float *mean, float *rstd,
                                    const __nv_bfloat16 *inp, const __nv_bfloat16 *gamma,
                                    const __nv_bfloat16 *beta, const __nv_bfloat16 *w_ab,
                                    const __nv_bfloat16 *w_o, int64_t M, int C, int Hd,
-                                   mf_ln_mode mode, const __nv_bfloat16 *res, cudaStream_t stream);
+                                   mf_ln_mode mode, const __nv_bfloat16 *res,
+                                   __nv_bfloat16 *out2, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

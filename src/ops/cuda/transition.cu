@@ -132,7 +132,7 @@ extern "C" void mf_transition_forward_cuda(bf16 *out, float *mean, float *rstd, 
   if (variant == 3 && mf_transition_wg_supported(C, Hd, mode, inp, out, w_ab, w_o)) {
     /* variant 3: the whole transition in one wgmma kernel (transition_wg.cu) */
     mf_transition_wg_forward_cuda(out, mean, rstd, inp, gamma, beta, w_ab, w_o, M, C, Hd, mode,
-                                  accumulate ? out : NULL, stream);
+                                  accumulate ? out : NULL, NULL, stream);
     return;
   }
   if (variant >= 2 && mf_transition_fused_supported(C, Hd, mode, inp, out, w_ab, w_o)) {
@@ -167,8 +167,8 @@ extern "C" void mf_transition_forward_cuda(bf16 *out, float *mean, float *rstd, 
   }
 }
 
-extern "C" void mf_transition_forward_res_cuda(bf16 *out, const bf16 *res, float *mean, float *rstd,
-                                               const bf16 *inp, const bf16 *gamma,
+extern "C" void mf_transition_forward_res_cuda(bf16 *out, bf16 *copy, const bf16 *res, float *mean,
+                                               float *rstd, const bf16 *inp, const bf16 *gamma,
                                                const bf16 *beta, const bf16 *w_ab,
                                                const bf16 *w_o, int64_t M, int C, int Hd,
                                                mf_ln_mode mode, void *ws, size_t ws_bytes,
@@ -177,12 +177,17 @@ extern "C" void mf_transition_forward_res_cuda(bf16 *out, const bf16 *res, float
   MF_ASSERT(res, "transition_cuda: res required (mf_transition_forward_cuda adds into out)");
   MF_ASSERT(res == out || res + M * C <= out || out + M * C <= res,
             "transition_cuda: the residual res must be out or not overlap it");
+  const bf16 *ins[3] = {out, res, inp};
+  for (int i = 0; copy && i < 3; i++)
+    MF_ASSERT(copy + M * C <= ins[i] || ins[i] + M * C <= copy,
+              "transition_cuda: copy must overlap none of out, res and inp");
   if (M == 0) return;
   if (mf_ln_linear_cuda_get_variant() == 3 && mf_transition_wg_supported(C, Hd, mode, inp, out, w_ab, w_o) &&
-      (uintptr_t)res % 16 == 0) {
-    /* the wgmma kernel reads the residual in its epilogue: no copy */
+      (uintptr_t)res % 16 == 0 && (uintptr_t)copy % 16 == 0) {
+    /* the wgmma kernel reads the residual in its epilogue (no copy) and stores each output
+     * piece to copy as well */
     mf_transition_wg_forward_cuda(out, mean, rstd, inp, gamma, beta, w_ab, w_o, M, C, Hd, mode, res,
-                                  stream);
+                                  copy, stream);
     return;
   }
   /* the other paths add into out: the residual first (an input sharing out's rows would be
@@ -195,6 +200,8 @@ extern "C" void mf_transition_forward_res_cuda(bf16 *out, const bf16 *res, float
   }
   mf_transition_forward_cuda(out, mean, rstd, inp, gamma, beta, w_ab, w_o, M, C, Hd, mode, 1, ws, ws_bytes,
                              blas, stream);
+  if (copy)
+    MF_CHECK_CUDA(cudaMemcpyAsync(copy, out, (size_t)M * C * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
 }
 
 /* The backward; add_dinp = 1 adds into dinp instead of assigning it (not for IDENTITY). */

@@ -65,10 +65,13 @@ void mf_transition_forward_cuda(__nv_bfloat16 *out, float *mean, float *rstd,
                                 const mf_cuda_blas *blas, cudaStream_t stream);
 /* out (M, C) = res (M, C) + transition(inp): the residual read where it lies (res equal to
  * out or not overlapping it; inp may be res). The wgmma forward (variant 3, C = 128) reads
- * res in its epilogue; the other paths copy res into out first and add. The Pairformer
- * block's z5 = z4 + PT(z4) straight into z5's buffer. */
-void mf_transition_forward_res_cuda(__nv_bfloat16 *out, const __nv_bfloat16 *res, float *mean,
-                                    float *rstd, const __nv_bfloat16 *inp,
+ * res in its epilogue; the other paths copy res into out first and add. copy (M, C), unless
+ * NULL, overlapping none of the others, receives the result too (the wgmma forward stores
+ * each piece twice; the other paths copy out). The Pairformer block's z5 = z4 + PT(z4)
+ * straight into z5's saved buffer and the block's output. */
+void mf_transition_forward_res_cuda(__nv_bfloat16 *out, __nv_bfloat16 *copy,
+                                    const __nv_bfloat16 *res, float *mean, float *rstd,
+                                    const __nv_bfloat16 *inp,
                                     const __nv_bfloat16 *gamma, const __nv_bfloat16 *beta,
                                     const __nv_bfloat16 *w_ab, const __nv_bfloat16 *w_o, int64_t M,
                                     int C, int Hd, mf_ln_mode mode, void *ws, size_t ws_bytes,

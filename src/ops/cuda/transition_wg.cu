@@ -66,8 +66,9 @@ static __global__ void __launch_bounds__(TW_THREADS, 1)
 transition_wg_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__ rstd,
                      const bf16 *x, const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
                      const bf16 *__restrict__ w_ab, const bf16 *__restrict__ w_o, int64_t M,
-                     int Hd, int mode, const bf16 *res) {
-  /* out, x and res (the residual, or NULL) are not __restrict__: they may be the same tensor */
+                     int Hd, int mode, const bf16 *res, bf16 *__restrict__ out2) {
+  /* out, x and res (the residual, or NULL) are not __restrict__: they may be the same tensor;
+   * out2 (M, C), unless NULL, receives the same rows as out (a second store of each piece) */
   typedef tw_layout L;
   constexpr int C = TW_C, LDO = L::LDO;
   extern __shared__ unsigned char tw_raw[];
@@ -175,7 +176,11 @@ transition_wg_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__ rs
     for (int i = 0; i < 64 * (C / 8) / 128; i++) {
       const int idx = (int)(threadIdx.x & 127) + i * 128;
       const int r = wg * 64 + idx / (C / 8), ch = idx % (C / 8);
-      if (r < rows) *(uint4 *)(out + (m0 + r) * C + ch * 8) = *(const uint4 *)(os + r * LDO + ch * 8);
+      if (r < rows) {
+        const uint4 v = *(const uint4 *)(os + r * LDO + ch * 8);
+        *(uint4 *)(out + (m0 + r) * C + ch * 8) = v;
+        if (out2) *(uint4 *)(out2 + (m0 + r) * C + ch * 8) = v;
+      }
     }
     __syncthreads(); /* next tile: xs visible, os free */
   }
@@ -193,9 +198,10 @@ extern "C" void mf_transition_wg_forward_cuda(bf16 *out, float *mean, float *rst
                                               const bf16 *inp, const bf16 *gamma,
                                               const bf16 *beta, const bf16 *w_ab,
                                               const bf16 *w_o, int64_t M, int C, int Hd,
-                                              mf_ln_mode mode, const bf16 *res,
+                                              mf_ln_mode mode, const bf16 *res, bf16 *out2,
                                               cudaStream_t stream) {
-  MF_ASSERT(mf_transition_wg_supported(C, Hd, mode, inp, out, w_ab, w_o) && (uintptr_t)res % 16 == 0,
+  MF_ASSERT(mf_transition_wg_supported(C, Hd, mode, inp, out, w_ab, w_o) && (uintptr_t)res % 16 == 0 &&
+                (uintptr_t)out2 % 16 == 0,
             "transition_wg: unsupported C=%d Hd=%d mode=%d (or alignment)", C, Hd, (int)mode);
   lg_check_ln_args("transition_wg", mode, gamma, beta, mean, rstd, 1);
   if (M <= 0) return;
@@ -205,6 +211,6 @@ extern "C" void mf_transition_wg_forward_cuda(bf16 *out, float *mean, float *rst
   const int64_t ntiles = (M + LG_BM - 1) / LG_BM;
   const int grid = (int)(ntiles < mf_sm_count() ? ntiles : mf_sm_count());
   transition_wg_kernel<<<grid, TW_THREADS, smem, stream>>>(out, mean, rstd, inp, gamma, beta, w_ab,
-                                                          w_o, M, Hd, (int)mode, res);
+                                                          w_o, M, Hd, (int)mode, res, out2);
   MF_CHECK_LAUNCH();
 }
