@@ -613,9 +613,12 @@ static __device__ __forceinline__ void am_ln_rows(bf16 *xo, float *st, const bf1
  * (64 × 16) = ẑ·Wᵀ by mma.sync — warp w takes rows 16·(w & 3).., heads 8·(w >> 2).., 8
  * k-steps, A = ẑ by ldmatrix, B = W rows from registers (loaded once) — staged in fp32 and
  * stored transposed as apb_bias_fwd_pipe_kernel does (apb_store_bias_tile). Same op; the
- * pipe kernel sums fp32 x̂·(γ ⊙ W) per row instead of bf16 ẑ·W. */
+ * pipe kernel sums fp32 x̂·(γ ⊙ W) per row instead of bf16 ẑ·W. Bounded at 4 CTAs per SM
+ * (55 registers; 55 KB of shared memory each): one more tile in flight per SM than at the
+ * register count of a 2-CTA bound (66, 3 CTAs), 146 → 131 µs at N = 768 (H200, ncu,
+ * dev/cuda/README.md step 31). */
 #define AM_FWD_SMEM ((size_t)3 * APB_TR * AM_ZP * 2 + (size_t)AM_HG * (APB_TR + 1) * 4)
-static __global__ void __launch_bounds__(APB_THREADS, 2)
+static __global__ void __launch_bounds__(APB_THREADS, 4)
 apb_bias_fwd_mma_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
                         const bf16 *__restrict__ gamma, const bf16 *__restrict__ beta,
                         const bf16 *__restrict__ w, int N, int H) {
