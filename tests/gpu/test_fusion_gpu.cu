@@ -27,7 +27,9 @@
  * residual + dropout kernels must match their generic variants (set_variant(0)) bit for
  * bit. The GEMM + LayerNorm backward kernel (gemm_ln_bwd_wg.cu, which the trimul's phase 3
  * runs at C = 128) is tested alone against the double reference beside the cuBLAS + row
- * kernel path it replaced, and two trimul cases run with it switched off. Needs a GPU;
+ * kernel path it replaced, and two trimul cases run with it switched off. The trimul's
+ * third phase as one kernel (trimul_ph3_wg.cu, the default at C = Ch = 128) is checked to
+ * have run, and three cases run with it switched off (the two-kernel path). Needs a GPU;
  * not a benchmark. */
 #include <math.h>
 #include <stdio.h>
@@ -47,6 +49,7 @@
 #include "ops/cuda/transition_cuda.h"
 #include "ops/cuda/trimul_cuda.h"
 #include "ops/cuda/trimul_ph1_cuda.h"
+#include "ops/cuda/trimul_ph3_cuda.h"
 #include "ops/dropout.h"
 #include "ops/layernorm.h"
 #include "ops/linear.h"
@@ -978,7 +981,7 @@ static void test_trimul(int N, int C, int Ch, int outgoing, int use_mask, int re
            resdrop ? " +residual+dropout" : "", (long long)chunk, tvar);
   raw_set runs[2] = {};
   const int64_t out_calls0 = mf_trimul_out_wg_calls(), bwd_calls0 = mf_trimul_out_bwd_wg_calls();
-  const int64_t ph1_calls0 = mf_trimul_ph1_wg_calls();
+  const int64_t ph1_calls0 = mf_trimul_ph1_wg_calls(), ph3_calls0 = mf_trimul_ph3_wg_calls();
   for (int run = 0; run < 2; run++) {
     float *gd = to_f32(g0, np);
     mf_trimul_cuda_grads gg = {gd, gd + C, gd + o_cat, gd + o_lg, gd + o_lg + Ch, gd + o_lg + 2 * Ch};
@@ -1033,6 +1036,10 @@ static void test_trimul(int N, int C, int Ch, int outgoing, int use_mask, int re
     else
       MF_TEST(mf_trimul_out_bwd_wg_calls() >= bwd_calls0 + 2, "%s: trimul_out_bwd_wg ran %lld times",
               what, (long long)(mf_trimul_out_bwd_wg_calls() - bwd_calls0));
+    /* the backward's third phase in one kernel (trimul_ph3_wg.cu), or not at all when off */
+    const int64_t ph3 = mf_trimul_ph3_wg_calls() - ph3_calls0;
+    MF_TEST(mf_trimul_ph3_wg_set(-1) ? ph3 >= 2 : ph3 == 0, "%s: trimul_ph3_wg ran %lld times (%s)", what,
+            (long long)ph3, mf_trimul_ph3_wg_set(-1) ? "on" : "off");
   }
   free(pm);
   dev_free_all();
@@ -1117,6 +1124,14 @@ int main(void) {
   }
   if (getenv("MF_FUSION_TEST_PH1")) { /* the trimul backward's first phase in one kernel
                                        * (trimul_ph1_wg.cu), two shapes (compute-sanitizer) */
+    test_trimul(33, 128, 128, 0, 1, 1, 0, s += 20);
+    test_trimul(65, 128, 128, 1, 1, 0, 1024, s += 20);
+    mf_cuda_blas_destroy(&g_blas);
+    return mf_test_end();
+  }
+  if (getenv("MF_FUSION_TEST_PH3")) { /* the trimul backward's third phase in one kernel
+                                       * (trimul_ph3_wg.cu), three shapes (compute-sanitizer) */
+    test_trimul(7, 128, 128, 0, 1, 0, 0, s += 20);
     test_trimul(33, 128, 128, 0, 1, 1, 0, s += 20);
     test_trimul(65, 128, 128, 1, 1, 0, 1024, s += 20);
     mf_cuda_blas_destroy(&g_blas);
@@ -1428,12 +1443,18 @@ int main(void) {
     test_trimul(33, 128, 128, 0, 1, 0, 256, s += 20);
   }
   mf_trimul_cuda_set_variant(tri_default);
-  /* phase 3 without the GEMM + LayerNorm backward kernel (cuBLAS into fp32 dx̂, then the
+  /* phase 3 as before trimul_ph3_wg.cu: the two gated-backward kernels and the GEMM +
+   * LayerNorm backward kernel; then also without the latter (cuBLAS into fp32 dx̂, then the
    * row kernel), as before it */
+  const int ph3_on = mf_trimul_ph3_wg_set(0);
+  test_trimul(7, 128, 128, 0, 1, 0, 0, s += 20);
+  test_trimul(33, 128, 128, 1, 1, 1, 0, s += 20);
+  test_trimul(65, 128, 128, 0, 1, 1, 1024, s += 20);
   const int gl_on = mf_gemm_ln_bwd_set_enabled(0);
   test_trimul(33, 128, 128, 1, 1, 1, 0, s += 20);
   test_trimul(65, 128, 128, 0, 1, 1, 1024, s += 20);
   mf_gemm_ln_bwd_set_enabled(gl_on);
+  mf_trimul_ph3_wg_set(ph3_on);
 
   mf_cuda_blas_destroy(&g_blas);
   return mf_test_end();

@@ -139,7 +139,8 @@ static __device__ __forceinline__ void lg_ln_params_v(float *g, float *bb, const
   }
 }
 
-template <int C, int BR = LG_BM> /* BR: rows per 64-column block of xa */
+template <int C, int BR = LG_BM, bool XSW = false> /* BR: rows per 64-column block of xa;
+                                                   * XSW: xs in the same swizzled blocks */
 static __device__ __forceinline__ void lg_ln_tile_v(bf16 *__restrict__ xa, const bf16 *__restrict__ xs,
                                                     float *__restrict__ mean, float *__restrict__ rstd,
                                                     int64_t m0, int64_t M, const float *g,
@@ -157,7 +158,9 @@ static __device__ __forceinline__ void lg_ln_tile_v(bf16 *__restrict__ xa, const
     for (int k = 0; k < PG; k++) {
       rr[k] = warp * 16 + (grp * PG + k) * RPP + sub;
       ok[k] = m0 + rr[k] < M;
-      const uint4 u = *(const uint4 *)(xs + rr[k] * C + cl * 8);
+      const uint4 u = XSW ? *(const uint4 *)((const unsigned char *)xs + (cl / 8) * (BR * 128) +
+                                             mf_sw128_chunk(rr[k], cl % 8))
+                          : *(const uint4 *)(xs + rr[k] * C + cl * 8);
       const uint32_t *w = (const uint32_t *)&u;
 #pragma unroll
       for (int j = 0; j < 4; j++) {

@@ -18,6 +18,7 @@
 #include "ln_gemm_cuda.h"
 #include "ln_linear_cuda.h"
 #include "trimul_ph1_cuda.h"
+#include "trimul_ph3_cuda.h"
 
 #define TRI_TM 32      /* rows (pair positions) per tile of the scalar transposing kernels */
 #define TRI_THREADS 256
@@ -1149,6 +1150,24 @@ extern "C" void mf_trimul_backward_cuda(bf16 *dz, const mf_trimul_cuda_grads *g,
   const int64_t R3 = p3->R;
   for (int64_t r0 = 0; r0 < M; r0 += R3) {
     const int64_t rows = M - r0 < R3 ? M - r0 : R3;
+    if (fused_gate_bwd &&
+        mf_trimul_ph3_wg_supported(C, Ch, ldm, ldp, p3->P, p3->xh, dz + r0 * C, b.dA + r0, b.dB + r0,
+                                   dgl + r0 * C, z + r0 * C, w->w_cat, w_g)) {
+      /* the whole phase in one kernel (trimul_ph3_wg.cu): dP4 is written once, for the dW
+       * GEMMs, and dx̂ never leaves the chip */
+      const int parts = mf_trimul_ph3_wg_cuda(p3->P, ldp, dw_cat ? p3->xh : NULL, dz + r0 * C, rd ? 1 : 0,
+                                              b.part, b.dA + r0, b.dB + r0, ldm, dgl + r0 * C, z + r0 * C,
+                                              s.mu_in + r0, s.rs_in + r0, w->ln_in_g, w->ln_in_b,
+                                              w->w_cat, w_g, pm ? pm + r0 : NULL, rows, stream);
+      if (dw_cat) { /* dW_cat[0:4Ch] += dP4ᵀ·x̂, dW_g += dglᵀ·x̂ */
+        mf_gemm_rm_cuda(blas, stream, 1, 0, K4, C, rows, 1.0f, p3->P, ldp, p3->xh, C, 1.0f, dw_cat,
+                        MF_GEMM_OUT_F32, C);
+        mf_gemm_rm_cuda(blas, stream, 1, 0, C, C, rows, 1.0f, dgl + r0 * C, C, p3->xh, C, 1.0f, dw_g,
+                        MF_GEMM_OUT_F32, C);
+      }
+      mf_ln_param_grad_reduce_cuda(G(ln_in_g), G(ln_in_b), b.part, parts, C, stream);
+      continue;
+    }
     int xh_done = 0; /* x̂ (for the dW GEMMs) stored by the first gated backward */
     if (fused_gate_bwd) { /* P ← [dap | dag | dbp | dbg] straight from z (variant 2) */
       const uint8_t *pmc = pm ? pm + r0 : NULL;
