@@ -27,15 +27,11 @@ static inline void *mf_carve(mf_carver *c, size_t bytes) {
 }
 
 static __device__ __forceinline__ float mf_sigmoidf(float x) { return 1.0f / (1.0f + __expf(-x)); }
-/* Sigmoid with the fast reciprocal (no IEEE-division slow path in hot loops). */
+/* Sigmoid for hot loops: σ(x) = 1/(1 + 2^(−x·log2 e)) with the approximate ex2 and
+ * reciprocal (flush to zero): four instructions and no range fix-ups (__expf and
+ * __fdividef added a compare and two predicated multiplies: the trimul phase-3 kernel's
+ * gate loop, README step 33); relative error a few ulp, exactly 0 and 1 in the tails. */
 static __device__ __forceinline__ float mf_sigmoidf_fast(float x) {
-  return __fdividef(1.0f, 1.0f + __expf(-x));
-}
-
-/* σ(x) = 1/(1 + 2^(−x·log2 e)) with the approximate ex2 and reciprocal (flush to zero):
- * four instructions and no range fix-ups (__expf and __fdividef add a compare and two
- * predicated multiplies each); relative error a few ulp, exact 0 and 1 in the tails. */
-static __device__ __forceinline__ float mf_sigmoidf_approx(float x) {
   float e, r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));

@@ -254,7 +254,7 @@ static __global__ void __launch_bounds__(256, 1) trimul_ph3_kernel(const t3_para
 #pragma unroll
           for (int e = 0; e < 2; e++) {
             const float d = e ? dv.y : dv.x;
-            const float pv = pj[4 * n + 2 * hh + e], s = mf_sigmoidf_approx(pj[4 * (n + 8) + 2 * hh + e]);
+            const float pv = pj[4 * n + 2 * hh + e], s = mf_sigmoidf_fast(pj[4 * (n + 8) + 2 * hh + e]);
             dp[e] = d * s;
             dg[e] = dp[e] * pv * (1.0f - s);
           }
