@@ -23,15 +23,25 @@
  *   chunk c: [p | g] (64 × 128 fp32) = x̂·slotᵀ (SS) issued with dx̂ += dP_{c−1}·slot_{c−1}
  *   (RS: the gate backward packs dP straight into A fragments, the accumulator layout
  *   being the A-fragment layout), then the gate backward with d from the channel-major dA
- *   / dB box of the chunk (TMA, double-buffered, the next chunk's box in flight), dP to
- *   HBM as bf16 pairs;
+ *   / dB box of the chunk (TMA, double-buffered, the next chunk's box in flight; read by
+ *   ldmatrix.trans straight into the fragment layout), dP to HBM in 8-byte pieces (lane
+ *   pairs swap halves, so that a quad writes whole 32-byte sectors);
  *   dx̂ += dgl·W_g (dgl's two boxes land in the dA buffers once the last chunks freed them);
  *   the LayerNorm backward (lg_ln_bwd_rows) from the raw rows still in shared memory, dz
  *   written over them and stored by TMA.
  * Numerics: the products in bf16 with fp32 accumulation, dP rounded to bf16 before its
  * product (as the two-kernel path, which read it back from HBM), the LayerNorm backward in
  * fp32. dx̂ sums the chunks in a fixed order (gate chunks, then W_g): runs are bit-identical;
- * results differ from the two-kernel path in that order only. */
+ * results differ from the two-kernel path in that order only.
+ * Measured (H200, N = 768, bench/evofusion --only trimul_out, MF_TRIMUL_PH3=0/1 in one job;
+ * dev/cuda/README.md step 33): the trimul backward 1.92 → 1.62 ms, the Pairformer block
+ * 21.95 → 21.33 ms. The first form (2-byte loads of d with a shift each, 4-byte stores of dP,
+ * __expf/__fdividef sigmoid, the buffer's barrier after the stores) took 1.84 ms: ncu put
+ * its time in issue (240 M instructions, now 199 M) and in LSU throttling of the
+ * stores. Tried and dropped: the dx̂ products' slot released after wgmma.wait_group 1
+ * (before [p | g] lands): no change; four weight slots (the raw rows normalised in place in
+ * x̂'s buffer, a second copy for the LayerNorm backward): trimul backward −1 %, the block
+ * unchanged. */
 #include "trimul_ph3_cuda.h"
 
 #include <stdlib.h>
