@@ -68,6 +68,22 @@ static __device__ __forceinline__ void mf_mbar_wait(uint32_t bar, uint32_t parit
 
 /* Thread block clusters (sm_90): this CTA's rank in its cluster, the cluster's index and
  * count in the grid (1-D clusters and grids). */
+/* The release of item q of a weight ring (NS slots, nq items in all, full / empty
+ * mbarriers 8 bytes apart from `empty`): this thread's arrival on its slot's empty barrier,
+ * then, on the refilling thread, the wait for every arrival and issue(q + NS) into the
+ * freed slot. Every thread of the warp calls it (it ends in __syncwarp). */
+template <int NS, class Issue>
+static __device__ __forceinline__ void mf_ring_release(uint32_t empty, int64_t q, int64_t nq, bool refiller,
+                                                       Issue &&issue) {
+  const uint32_t s = (uint32_t)(q % NS);
+  mf_mbar_arrive(empty + 8 * s);
+  if (refiller && q + NS < nq) {
+    mf_mbar_wait(empty + 8 * s, (uint32_t)(q / NS) & 1u);
+    issue(q + NS);
+  }
+  __syncwarp();
+}
+
 static __device__ __forceinline__ uint32_t mf_cluster_rank(void) {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));

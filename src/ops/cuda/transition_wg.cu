@@ -334,15 +334,7 @@ transition_pp_kernel(bf16 *out, float *__restrict__ mean, float *__restrict__ rs
       for (int kk = 0; kk < PP_HC / 16; kk++) mf_wg_rs_n128(acc, hf[kk], mf_wg_desc_off(dwo, kk * 32), 1);
     };
     /* after G2 of chunk q: its slot is free here; thread 128 refills it once both groups are */
-    auto release = [&](int64_t q) {
-      const uint32_t s = (uint32_t)(q % PP_NS);
-      mf_mbar_arrive(empty + 8 * s);
-      if (tid == 128 && q + PP_NS < nq) {
-        mf_mbar_wait(empty + 8 * s, (uint32_t)(q / PP_NS) & 1u);
-        issue(q + PP_NS);
-      }
-      __syncwarp();
-    };
+    auto release = [&](int64_t q) { mf_ring_release<PP_NS>(empty, q, nq, tid == 128, issue); };
     /* h = silu(a) ⊙ b as the A fragments of G2's k16 blocks */
     auto swiglu = [&]() {
 #pragma unroll

@@ -220,15 +220,7 @@ static __global__ void __launch_bounds__(256, 1) trimul_ph3_kernel(const t3_para
       for (int kk = 0; kk < 8; kk++) mf_wg_rs_n128<1>(acc, df[kk], mf_wg_desc_off(db, kk * 2048), 1);
     };
     /* item q read by this thread's products; thread 128 refills its slot once both groups are done */
-    auto release = [&](int64_t q) {
-      const uint32_t s = (uint32_t)(q % T3_NS);
-      mf_mbar_arrive(empty + 8 * s);
-      if (tid == 128 && q + T3_NS < nq) {
-        mf_mbar_wait(empty + 8 * s, (uint32_t)(q / T3_NS) & 1u);
-        issue(q + T3_NS);
-      }
-      __syncwarp();
-    };
+    auto release = [&](int64_t q) { mf_ring_release<T3_NS>(empty, q, nq, tid == 128, issue); };
     /* chunk c's gate backward (c = 0..3: side c / 2, channels 64·(c % 2)..) from pj and its
      * d box in dd buffer c & 1: dP into df and to HBM; then the buffer's next box */
     auto gate = [&](int c) {
