@@ -29,8 +29,10 @@
  * runs at C = 128) is tested alone against the double reference beside the cuBLAS + row
  * kernel path it replaced, and two trimul cases run with it switched off. The trimul's
  * third phase as one kernel (trimul_ph3_wg.cu, the default at C = Ch = 128) is checked to
- * have run, and three cases run with it switched off (the two-kernel path). Needs a GPU;
- * not a benchmark. */
+ * have run, and three cases run with it switched off (the two-kernel path). The row-major
+ * GEMM helpers (gemm.cu, cuBLAS) run at inner dimensions k % 8 != 0 where cuBLAS 13.1
+ * alone dropped the k tail (k = 4225, 4226, 9409, 9410: the weight gradients' pair rows at
+ * N = 65, 97), single and batched, fp32 and bf16 output. Needs a GPU; not a benchmark. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +122,63 @@ static void *ws_alloc(size_t bytes) {
   void *w = dev_alloc(bytes);
   poison(w, bytes);
   return w;
+}
+
+/* ================================================================ GEMM helpers */
+
+/* C (m, n) = alpha·op(A)·op(B) + beta·C by mf_gemm_rm_cuda (batch == 0) or
+ * mf_gemm_rm_batched_cuda (batch matrices at fixed strides) against a double reference. The
+ * inner dimensions k % 8 != 0 are those where cuBLAS 13.1 alone dropped the last k % 8
+ * terms (gemm.cu's header): a relative error ≈ sqrt((k mod 8) / k), 1–2 %, well above
+ * the bf16-output tolerance and 100× the fp32 one. */
+static void test_gemm_rm(int64_t m, int64_t n, int64_t k, int ta, int tb, int out_bf16,
+                         int batch, uint64_t seed) {
+  const int nb = batch ? batch : 1;
+  const int64_t na = m * k, nbm = k * n, nc = m * n;
+  double *a = mf_test_alloc(na * nb), *b = mf_test_alloc(nbm * nb), *c = mf_test_alloc(nc * nb);
+  rand_bf16(a, na * nb, seed + 1, 1.0, 0.0);
+  rand_bf16(b, nbm * nb, seed + 2, 1.0, 0.0);
+  rand_bf16(c, nc * nb, seed + 3, 1.0, 0.0); /* bf16-representable: exact in either output */
+  const double alpha = 0.5, beta = 1.0;
+  double *ref = mf_test_alloc(nc * nb);
+  const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+  for (int q = 0; q < nb; q++)
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double acc = 0;
+        for (int64_t t = 0; t < k; t++)
+          acc += a[q * na + (ta ? t * lda + i : i * lda + t)] * b[q * nbm + (tb ? j * ldb + t : t * ldb + j)];
+        ref[q * nc + i * n + j] = alpha * acc + beta * c[q * nc + i * n + j];
+      }
+  mf_bf16_t *a_d = to_bf16(a, na * nb), *b_d = to_bf16(b, nbm * nb);
+  void *c_d = out_bf16 ? (void *)to_bf16(c, nc * nb) : (void *)to_f32(c, nc * nb);
+  const mf_gemm_out ct = out_bf16 ? MF_GEMM_OUT_BF16 : MF_GEMM_OUT_F32;
+  if (batch)
+    mf_gemm_rm_batched_cuda(&g_blas, 0, ta, tb, m, n, k, (float)alpha, a_d, lda, na, b_d, ldb,
+                            nbm, (float)beta, c_d, ct, n, nc, batch);
+  else
+    mf_gemm_rm_cuda(&g_blas, 0, ta, tb, m, n, k, (float)alpha, a_d, lda, b_d, ldb, (float)beta,
+                    c_d, ct, n);
+  MF_CHECK_CUDA(cudaDeviceSynchronize());
+  char what[160];
+  snprintf(what, sizeof what, "gemm_rm%s m=%lld n=%lld k=%lld op=%c%c %s", batch ? " batched" : "",
+           (long long)m, (long long)n, (long long)k, ta ? 'T' : 'N', tb ? 'T' : 'N',
+           out_bf16 ? "bf16" : "fp32");
+  if (out_bf16) check_bf16(what, (const mf_bf16_t *)c_d, ref, nc * nb, TOL);
+  else check_f32(what, (const float *)c_d, ref, nc * nb, 1e-4);
+  dev_free_all();
+}
+
+static void test_gemm_helpers(uint64_t *s) {
+  const int64_t ks[] = {4225, 4226, 9409, 9410, 1089, 4224, 7, 1};
+  for (int i = 0; i < 8; i++) {
+    test_gemm_rm(128, 128, ks[i], 1, 0, 0, 0, *s += 20); /* the weight-gradient layout */
+    test_gemm_rm(576, 128, ks[i], 1, 0, 1, 0, *s += 20);
+  }
+  test_gemm_rm(128, 128, 4226, 0, 0, 0, 0, *s += 20);
+  test_gemm_rm(100, 72, 4225, 0, 1, 1, 0, *s += 20);
+  test_gemm_rm(128, 64, 4225, 1, 0, 0, 2, *s += 20); /* batched: the tail per matrix */
+  test_gemm_rm(65, 65, 65, 0, 1, 1, 3, *s += 20);    /* the trimul contraction's shape at N = 65 */
 }
 
 /* ================================================================ LayerNorm + Linear */
@@ -1107,6 +1166,11 @@ int main(void) {
   if (!gpu_test_begin("test_fusion_gpu")) return mf_test_end();
   mf_cuda_blas_create(&g_blas, 0);
   uint64_t s = 100;
+  if (getenv("MF_FUSION_TEST_GEMM")) { /* the cuBLAS GEMM helpers alone */
+    test_gemm_helpers(&s);
+    mf_cuda_blas_destroy(&g_blas);
+    return mf_test_end();
+  }
   if (getenv("MF_FUSION_TEST_CL")) { /* the cluster transition backward alone: small (=1, for
                                       * compute-sanitizer) or its full set (=2, to rerun many times) */
     test_transition_cl(&s, atoi(getenv("MF_FUSION_TEST_CL")) != 2);
@@ -1170,6 +1234,7 @@ int main(void) {
    * O % 64 == 0; else 2); 2: the mma.sync kernels of ln_gemm.cu where the shape allows it
    * (else 1); 1: staging + cuBLAS; 0: the WMMA fused kernel where the shape allows it
    * (else 1) */
+  test_gemm_helpers(&s); /* first: every EvoFusion op's cuBLAS path goes through them */
   const int default_variant = mf_ln_linear_cuda_set_variant(1);
   for (int v = 0; v < 4; v++) {
     test_ln_linear(7, 128, 16, MF_LN_FULL, 1, 0, s += 20, v);
