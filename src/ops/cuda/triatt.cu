@@ -32,9 +32,17 @@
 /* The projection columns: P (rows, ldp) holds [q | k | v | bias | 0 | g], HD, HD, HD, H,
  * BP − H zero columns, HD: the bias block is padded to BP = H rounded up to 8 so that every
  * segment starts at a multiple of 8 and ldp = 4HD + BP is one too (16-byte vectors
- * everywhere, and cuBLAS's aligned Hopper kernels; see ta_wpad). */
-static __host__ __device__ int ta_bp(int H) { return (H + 7) / 8 * 8; }
-static __host__ __device__ int ta_ldp(int H, int D) { return 4 * H * D + ta_bp(H); }
+ * everywhere, and cuBLAS's aligned Hopper kernels; see ta_wpad). When HD is a multiple of
+ * 64 (AF3's H = 4, D = 32), BP is H rounded up to 64 instead, so that P's rows and the g
+ * block start on 128-byte lines and every head's 64-byte row (D = 32) lies in whole
+ * sectors of one line: the attention reads those rows at a stride of ldp (starting node)
+ * or N·ldp (ending node), and with ldp = 520 most of them straddled three sectors. ldp
+ * 520 → 576 cut EvoFlash-3D's fwd+bwd on the module's views by 4–8 % at N = 768 (H200,
+ * dev/cuda/README.md step 34) for 11 % more bytes in P and dP. */
+static __host__ __device__ int ta_bp(int H, int D) {
+  return (H * D) % 64 == 0 ? (H + 63) / 64 * 64 : (H + 7) / 8 * 8;
+}
+static __host__ __device__ int ta_ldp(int H, int D) { return 4 * H * D + ta_bp(H, D); }
 /* The row stride of bias and dbias (H, N, ·): N rounded up to 8, so that EvoFlash-3D copies
  * bias rows 16 bytes at a time for any N (a dense (H, N, N) with N % 8 != 0 put its rows
  * off the 16-byte grid and took element-wise copies: the attention 2–2.3× slower at
@@ -42,7 +50,7 @@ static __host__ __device__ int ta_ldp(int H, int D) { return 4 * H * D + ta_bp(H
 static __host__ __device__ int64_t ta_nb(int N) { return ((int64_t)N + 7) / 8 * 8; }
 /* Rows of the padded weight copy wpad: P's ldp columns, then zero rows up to 3HD + OB, OB =
  * BP + HD rounded up to 64 (the second LayerNorm + Linear call's width, ta_project). */
-static int ta_ob(int H, int D) { return (ta_bp(H) + H * D + 63) / 64 * 64; }
+static int ta_ob(int H, int D) { return (ta_bp(H, D) + H * D + 63) / 64 * 64; }
 static int ta_wrows(int H, int D) { return 3 * H * D + ta_ob(H, D); }
 
 
@@ -56,12 +64,12 @@ template <bool TO_P>
 static __global__ void ta_bias_kernel(bf16 *__restrict__ P, int ldp, bf16 *__restrict__ bias,
                                       int N, int H, int D, int starting) {
   const int64_t M = (int64_t)N * N, NB = ta_nb(N), MB = (int64_t)N * NB;
-  const int BP = ta_bp(H), HD = H * D;
+  const int BP = ta_bp(H, D), HD = H * D;
   for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < M;
        t += (int64_t)gridDim.x * blockDim.x) {
     const int64_t i = t / N, j = t - i * N, m = starting ? t : j * N + i, e = i * NB + j;
     bf16 *prow = P + m * ldp + 3 * HD;
-    for (int c = 0; c < BP; c += 8) {
+    for (int c = 0; c < (TO_P ? BP : (H + 7) / 8 * 8); c += 8) { /* gather: the H columns */
       __align__(16) bf16 v[8];
       if (!TO_P) *(uint4 *)v = *(const uint4 *)(prow + c);
 #pragma unroll
@@ -229,7 +237,7 @@ static const uint8_t *ta_key_mask(uint8_t *pmt, const uint8_t *pm, int N, int st
  * is a multiple of 8 the layouts coincide and w_qkvbg is used as it is. */
 static const bf16 *ta_wpad(bf16 *wpad, const mf_triatt_cuda_weights *w, int C, int H, int D,
                            cudaStream_t stream) {
-  const int HD = H * D, BP = ta_bp(H);
+  const int HD = H * D, BP = ta_bp(H, D);
   const size_t row = (size_t)C * sizeof(bf16);
   /* the zero rows past ldp (ta_wrows): read by ta_project's second wgmma call */
   MF_CHECK_CUDA(cudaMemsetAsync(wpad + (size_t)ta_ldp(H, D) * C, 0,
@@ -252,7 +260,7 @@ static const bf16 *ta_wpad(bf16 *wpad, const mf_triatt_cuda_weights *w, int C, i
 /* dw (4HD + H, C) += dwpad (ldp, C) without its padding rows (fixed order: deterministic). */
 static __global__ void ta_dw_unpad_kernel(float *__restrict__ dw, const float *__restrict__ dwp,
                                           int C, int H, int D) {
-  const int HD = H * D, BP = ta_bp(H);
+  const int HD = H * D, BP = ta_bp(H, D);
   const int64_t n = (int64_t)(4 * HD + H) * C;
   for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n;
        t += (int64_t)gridDim.x * blockDim.x) {
@@ -459,7 +467,7 @@ static void ta_forward(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
                        int starting, int keep, const mf_resdrop_cuda *rd, void *ws,
                        size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
   const int64_t M = (int64_t)N * N;
-  const int HD = H * D, goff = 3 * HD + ta_bp(H);
+  const int HD = H * D, goff = 3 * HD + ta_bp(H, D);
   MF_ASSERT(!rd || !rd->res || rd->res == out || rd->res + M * C <= out || out + M * C <= rd->res,
             "triatt_cuda forward: the residual res must be out or not overlap it");
   ta_saved s;
@@ -514,7 +522,7 @@ static void ta_backward_out_chunks(const ta_ws *b, const ta_saved *s, const mf_t
                                    const mf_resdrop_cuda *rd, const mf_cuda_blas *blas,
                                    cudaStream_t stream) {
   const int64_t M = (int64_t)N * N, R = b->R;
-  const int HD = H * D, ldp = ta_ldp(H, D), goff = 3 * HD + ta_bp(H);
+  const int HD = H * D, ldp = ta_ldp(H, D), goff = 3 * HD + ta_bp(H, D);
   const ta_stage *st = &b->sx;
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = M - r0 < R ? M - r0 : R;
@@ -538,7 +546,7 @@ static void ta_backward(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dou
                         int starting, int keep, const mf_resdrop_cuda *rd, void *ws,
                         size_t ws_bytes, const mf_cuda_blas *blas, cudaStream_t stream) {
   const int64_t M = (int64_t)N * N;
-  const int HD = H * D, ldp = ta_ldp(H, D), goff = 3 * HD + ta_bp(H);
+  const int HD = H * D, ldp = ta_ldp(H, D), goff = 3 * HD + ta_bp(H, D);
   ta_saved s;
   saved_carve(&s, (void *)saved, N, H, D, keep); /* read only below */
   ta_ws b;
