@@ -4,7 +4,8 @@
  *
  *   x̂ = LN(z) (staging) → ONE GEMM against w_qkvbg (4·HD + H, C) whose rows are
  *   [W_q; W_k; W_v; W_b; W_g] (the CPU bind order; padded in a copy to ldp = 4·HD + BP
- *   rows, BP = H rounded up to 8) → P (N², ldp) = [q | k | v | bias | 0 | g] for every pair
+ *   rows, BP = H rounded up to 64 where H·D % 64 == 0, so that P's rows are whole
+ *   128-byte lines, else to 8) → P (N², ldp) = [q | k | v | bias | 0 | g] for every pair
  *   row, in z order → the bias columns gathered to (H, N, NB), NB = N rounded up to 8 (the
  *   attention's 16-byte bias copies) → EvoFlash-3D on strided
  *   views of P (mf_attention_forward_strided_cuda, gate σ(g) fused) → o (N, N, HD) in z
@@ -21,8 +22,8 @@
  * H200, 2026-11-30): saved is
  * N²·(2·H·D + 4·H + 8) bytes. With keep = 1 the forward writes its projection matrix P
  * (N², 4·H·D + BP) into the saved buffer instead of the workspace and the backward reads
- * it: N²·2·(4·H·D + BP) bytes more saved, P's bytes less workspace (at N = 768: saved
- * 157 → 742 MiB, workspace 1432 → 847 MiB), the same outputs and gradients bit for bit
+ * it: N²·2·(4·H·D + BP) bytes more saved, P's bytes less workspace (at N = 768 with
+ * BP = 8: saved 157 → 742 MiB, workspace 1432 → 847 MiB), the same outputs and gradients bit for bit
  * (both layouts cut the same chunks). keep must be the
  * same in the saved/workspace sizes, the forward and the backward. Transient tensors live in the caller's workspace (mf_triatt_cuda_workspace
  * bytes), which the forward and the backward may reuse freely between calls: P, the bias,
@@ -33,8 +34,10 @@
  * SMs × 64 KiB; otherwise those take a region of their own) — about N²·(4·ldp + 4·H + 4·H + 2·H·D + 40·H)
  * bytes — with the chunk staging (LN rows, fp32 rows; mf_fusion_chunk_rows) aliased into
  * the buffers not live in each phase: ≈ 356 MiB at N = 384, 1423 MiB at N = 768
- * (C = 128, H = 4, D = 32; the re-layout path this replaced took 384 MiB, 1496 MiB; it was
- * removed and lives in git history at commit 21eb25c).
+ * (C = 128, H = 4, D = 32, measured with ldp = 520 before the 64-column bias block, which
+ * adds 2·56 bytes per pair row to P and dP: 63 MiB at N = 768; the re-layout path this
+ * replaced took 384 MiB, 1496 MiB; it was removed and lives in git history at commit
+ * 21eb25c).
  *
  * Gradient contract (as trimul_cuda.h): parameter gradients ACCUMULATE (fp32; a NULL field
  * or struct skips); dz ASSIGNS — except with a residual (rd != NULL), where dz ACCUMULATES
