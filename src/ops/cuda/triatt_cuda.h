@@ -35,9 +35,9 @@
  * bytes — with the chunk staging (LN rows, fp32 rows; mf_fusion_chunk_rows) aliased into
  * the buffers not live in each phase: ≈ 356 MiB at N = 384, 1423 MiB at N = 768
  * (C = 128, H = 4, D = 32, measured with ldp = 520 before the 64-column bias block, which
- * adds 2·56 bytes per pair row to P and dP: 63 MiB at N = 768; the re-layout path this
- * replaced took 384 MiB, 1496 MiB; it was removed and lives in git history at commit
- * 21eb25c).
+ * adds 56 columns (112 bytes) per pair row to each of P and dP: 126 MiB at N = 768; the
+ * re-layout path this replaced took 384 MiB, 1496 MiB; it was removed and lives in git
+ * history at commit 21eb25c).
  *
  * Gradient contract (as trimul_cuda.h): parameter gradients ACCUMULATE (fp32; a NULL field
  * or struct skips); dz ASSIGNS — except with a residual (rd != NULL), where dz ACCUMULATES
