@@ -16,7 +16,8 @@
  * second wide matrix whose g columns hold dout (dgate = dout in place, as triangle
  * attention uses it); the results go through the same checks, and every padding column of
  * the output matrices (and dout's columns when there is no gate) must be untouched.
- * MF_ATT_TEST_SMALL=1 runs eleven small cases only (for
+ * A masking bias (-inf entries, whole -inf query rows) on the default kernels and the
+ * variants. MF_ATT_TEST_SMALL=1 runs eleven small cases only (for
  * compute-sanitizer memcheck and racecheck). Needs a GPU; not a benchmark. */
 #include <math.h>
 #include <stdio.h>
@@ -351,6 +352,11 @@ static double g_scale_mul = 1.0;
  * third of the rows, else L uniform in 1..N; an isolated invalid key 70 on every fifth
  * row), so that whole valid key tiles, partial ones and fully masked ones alternate */
 static int g_mask_style = 0;
+/* 1: a masking bias — about one bias entry in six is -inf, and every seventh query row of
+ * head 0 is -inf on every key, so that those rows have no finite logit even where the key
+ * mask lets keys through (attention.h: out 0, lse -inf, zero gradients, no NaN; dbias 0
+ * wherever the bias is -inf) */
+static int g_bias_inf = 0;
 
 static void run_case_mode(const att_case *c, int variant, uint64_t seed, int mode) {
   mf_attention_cuda_set_variant(variant);
@@ -366,6 +372,15 @@ static void run_case_mode(const att_case *c, int variant, uint64_t seed, int mod
   rand_bf16_plain(bias, nb, seed + 4, 1.0);
   rand_bf16_plain(gate, nq, seed + 5, 1.0);
   rand_bf16_plain(dout, nq, seed + 6, 1.0);
+  if (g_bias_inf) {
+    double *w = mf_test_alloc(nb);
+    mf_test_randu(w, nb, seed + 8, 0.0, 1.0);
+    for (int64_t i = 0; i < nb; i++)
+      if (w[i] < 1.0 / 6) bias[i] = -INFINITY;
+    for (int b = 0; b < B; b++)
+      for (int i = 0; i < N; i += 7)
+        for (int j = 0; j < N; j++) bias[(((int64_t)b * H) * N + i) * N + j] = -INFINITY;
+  }
   uint8_t *mask = (uint8_t *)malloc((size_t)(nm ? nm : 1));
   double *u = mf_test_alloc(nm);
   mf_test_randu(u, nm, seed + 7, 0.0, 1.0);
@@ -396,8 +411,8 @@ static void run_case_mode(const att_case *c, int variant, uint64_t seed, int mod
                                   "fused2",     "fused2-m2"};
   static const char *mname[3] = {"", " strided-starting", " strided-ending"};
   snprintf(tag, sizeof tag, "%s B=%d R=%d H=%d N=%d D=%d%s%s%s%s", vname[variant], B,
-           R, H, N, D, c->bias ? " bias" : "", c->mask ? " mask" : "", c->gate ? " gate" : "",
-           mname[mode]);
+           R, H, N, D, c->bias ? (g_bias_inf ? " bias(-inf)" : " bias") : "", c->mask ? " mask" : "",
+           c->gate ? " gate" : "", mname[mode]);
   gpu_outs g1, g2;
   if (g_prepared) {
     const size_t l = strlen(tag);
@@ -765,6 +780,31 @@ int main(void) {
     }
     g_tma_ab = 0;
     g_mask_style = 0;
+  }
+  /* a masking bias (g_bias_inf): -inf entries and whole -inf query rows, on the default
+   * kernels (every head dim; R = 1, R > 1 and R = N; packed and strided views; the
+   * prepared backward), the portable path, the three-pass backward, the fused pass's
+   * forced accumulator modes and the two-warpgroup fused kernel */
+  {
+    g_bias_inf = 1;
+    const att_case ic[] = {{1, 5, 4, 130, 32, 1, 1, 1, 0}, {2, 1, 3, 70, 24, 1, 1, 0, 0},
+                           {1, 7, 2, 63, 16, 1, 0, 1, 0},  {1, 33, 4, 33, 32, 1, 1, 1, 0},
+                           {1, 3, 2, 129, 64, 1, 1, 0, 0}, {1, 6, 2, 64, 8, 1, 0, 1, 0},
+                           {1, 4, 2, 200, 48, 1, 1, 1, 0}, {1, 1, 2, 1, 32, 1, 0, 0, 0}};
+    for (int i = 0; i < (int)(sizeof ic / sizeof ic[0]); i++) run_case(&ic[i], 0, seed += 100);
+    for (int mode = 1; mode <= 2; mode++) {
+      run_case_mode(&ic[0], 0, seed += 100, mode);
+      run_case_mode(&ic[3], 0, seed += 100, mode);
+    }
+    g_prepared = 1;
+    run_case(&ic[0], 0, seed += 100);
+    g_prepared = 0;
+    const int vs[] = {1, 6, 8, 9, 12};
+    for (int i = 0; i < (int)(sizeof vs / sizeof vs[0]); i++) {
+      run_case(&ic[0], vs[i], seed += 100);
+      run_case(&ic[1], vs[i], seed += 100);
+    }
+    g_bias_inf = 0;
   }
   mf_attention_cuda_set_variant(0);
   return mf_test_end();
