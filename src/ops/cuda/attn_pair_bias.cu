@@ -13,8 +13,8 @@
  *   backward apb_bias_bwd_kernel: recomputes the row's LN, dx̂ = Σ_h dbias[h]·W_z[h] from
  *            a shared-memory tile of dbias, LN backward added into dz, and per-lane fp32
  *            partials of dW_z = Σ dbias·LN_z(z), dγ, dβ kept in registers; a block sums its
- *            warps in warp order, the blocks' partials are summed in block order by
- *            apb_part_reduce_kernel (no atomics; the row → block map depends only on N).
+ *            warps in warp order, the blocks' partials are summed in a fixed order by
+ *            mf_colsum_cuda (no atomics; the row → block map depends only on N).
  * The pair pass reads z once in the forward and z, dz once in the backward (writes dz once).
  * Bias layout: bias and dbias are (H, N, NB), pair (i, j) = m (i = m / N, j = m % N) of
  * head h at h·N·NB + i·NB + j, NB = N rounded up to 8 (apb_nb; the attention's
@@ -60,22 +60,39 @@ static __device__ __forceinline__ int64_t apb_bias_off(int h, int64_t i0, int j0
   return ((int64_t)h * N + i0 + q) * apb_nb(N) + (jr - q * N);
 }
 
+/* Where pair m0 + r of a tile lies in bias / dbias (H, N, NB): head h's element is at
+ * h·hs + off; last: j = N − 1 (the row's padding columns follow). The kernels' threads
+ * keep one r (threadIdx % APB_TR) across their heads, so this is split once per tile and
+ * thread instead of per element (a 64-bit and a 32-bit division each: the pair-bias
+ * forward's store had been a sixth of its issued instructions). */
+typedef struct {
+  int64_t off, hs;
+  bool last;
+} apb_pos;
+static __device__ __forceinline__ apb_pos apb_tile_pos(int64_t m0, int r, int N) {
+  const int64_t i0 = m0 / N;
+  const int jr = (int)(m0 - i0 * N) + r, q = jr / N, j = jr - q * N;
+  return {(i0 + q) * apb_nb(N) + j, (int64_t)N * apb_nb(N), j == N - 1};
+}
+static_assert(APB_THREADS % APB_TR == 0, "a thread keeps its tile row r across heads");
+
 /* bias (H, N, NB) ← the tile's fp32 sums tile (HG, APB_TR + 1) of pairs m0 .. m0 + nr − 1,
- * by the whole block (coalesced along the rows j of bias); the padding columns N .. NB − 1
- * of a row are zeroed with its last pair (never read for a logit, but the attention copies
- * them with the row's last 16 bytes). */
+ * by the whole block (coalesced along the rows j of bias; thread t takes row t % APB_TR of
+ * heads t / APB_TR + k·APB_THREADS / APB_TR); the padding columns N .. NB − 1 of a row are
+ * zeroed with its last pair (never read for a logit, but the attention copies them with
+ * the row's last 16 bytes). */
 static __device__ __forceinline__ void apb_store_bias_tile(bf16 *__restrict__ bias,
                                                            const float *tile, int64_t m0, int nr,
                                                            int N, int H) {
-  const int64_t i0 = m0 / N;
-  const int j0 = (int)(m0 - i0 * N);
-  for (int idx = threadIdx.x; idx < H * APB_TR; idx += blockDim.x) {
-    const int h = idx / APB_TR, r = idx - h * APB_TR;
-    if (r >= nr) continue;
-    const int64_t e = apb_bias_off(h, i0, j0, r, N);
-    bias[e] = mf_f32_to_bf16(tile[h * (APB_TR + 1) + r]);
-    if ((j0 + r) % N == N - 1) /* j = N − 1: the row's padding columns follow */
-      for (int64_t p = e + 1; p <= e + (apb_nb(N) - N); p++) bias[p] = mf_f32_to_bf16(0.0f);
+  const int r = threadIdx.x % APB_TR;
+  if (r >= nr) return;
+  const apb_pos ps = apb_tile_pos(m0, r, N);
+  const int npad = (int)(apb_nb(N) - N);
+  for (int h = threadIdx.x / APB_TR; h < H; h += APB_THREADS / APB_TR) {
+    bf16 *e = bias + h * ps.hs + ps.off;
+    *e = mf_f32_to_bf16(tile[h * (APB_TR + 1) + r]);
+    if (ps.last)
+      for (int p = 1; p <= npad; p++) e[p] = mf_f32_to_bf16(0.0f);
   }
 }
 
@@ -439,12 +456,12 @@ apb_bias_bwd_pipe_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
     apb_tile_issue<ASYNC>(zt, z + m0 * Cz, nr * Cz);
     if (dz) apb_tile_issue<ASYNC>(dzt, dz + m0 * Cz, nr * Cz);
     if (ASYNC) apb_cp_commit();
-    const int64_t i0 = m0 / N;
-    const int j0 = (int)(m0 - i0 * N);
+    const int r = threadIdx.x % APB_TR;
+    const apb_pos ps = apb_tile_pos(m0, r, N);
 #pragma unroll
     for (int k = 0; k < DBN; k++) {
-      const int idx = threadIdx.x + k * APB_THREADS, h = idx / APB_TR, r = idx - h * APB_TR;
-      dbp[k] = (h < H && r < nr) ? mf_bf16_to_f32(dbias[apb_bias_off(h, i0, j0, r, N)]) : 0.0f;
+      const int h = threadIdx.x / APB_TR + k * (APB_THREADS / APB_TR);
+      dbp[k] = (h < H && r < nr) ? mf_bf16_to_f32(dbias[h * ps.hs + ps.off]) : 0.0f;
     }
   }
   for (int buf = 0; t < ntiles; t += gridDim.x, buf ^= 1) {
@@ -464,12 +481,12 @@ apb_bias_bwd_pipe_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
       apb_tile_issue<ASYNC>(zt + (buf ^ 1) * APB_TR * Cz, z + mn * Cz, nn * Cz);
       if (dz) apb_tile_issue<ASYNC>(dzt + (buf ^ 1) * APB_TR * Cz, dz + mn * Cz, nn * Cz);
       if (ASYNC) apb_cp_commit();
-      const int64_t i0 = mn / N;
-      const int j0 = (int)(mn - i0 * N);
+      const int r = threadIdx.x % APB_TR;
+      const apb_pos ps = apb_tile_pos(mn, r, N);
 #pragma unroll
       for (int k = 0; k < DBN; k++) {
-        const int idx = threadIdx.x + k * APB_THREADS, h = idx / APB_TR, r = idx - h * APB_TR;
-        dbp[k] = (h < H && r < nn) ? mf_bf16_to_f32(dbias[apb_bias_off(h, i0, j0, r, N)]) : 0.0f;
+        const int h = threadIdx.x / APB_TR + k * (APB_THREADS / APB_TR);
+        dbp[k] = (h < H && r < nn) ? mf_bf16_to_f32(dbias[h * ps.hs + ps.off]) : 0.0f;
       }
     }
     const bf16 *zb = zt + buf * APB_TR * Cz, *dzb = dzt + buf * APB_TR * Cz;
@@ -541,8 +558,8 @@ apb_bias_bwd_pipe_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
  *   1. the dbias tile as bf16 db [h][r] (heads past H zero), from registers prefetched
  *      during the previous tile (each thread adds its 4 values to its S partials); z (and
  *      dz) tiles arrive by cp.async one tile ahead;
- *   2. LN statistics, warp per 8 rows (two-pass warp sums, the 8 rows unrolled so that
- *      their shuffle chains interleave), x̂ in bf16 into xb [r][c];
+ *   2. LN statistics, warp per 8 rows (two-pass half-warp sums, two rows per step,
+ *      am_ln_rows), x̂ in bf16 into xb [r][c];
  *   3. dy (64 × 128) = dbias·W: warp w takes rows 16·(w & 3).., channels 64·(w >> 2)..,
  *      A from db by ldmatrix.trans, B = W fragments in registers (loaded once);
  *   4. the LayerNorm backward on the dy fragments (x̂ recomputed in fp32 from the z tile):
@@ -569,42 +586,56 @@ static __device__ __forceinline__ void am_tile_issue(bf16 *dst, const bf16 *__re
   }
 }
 
-/* LayerNorm of the tile's rows 8·wp .. 8·wp + 7 (a warp each, 4 channels per lane; the 8
- * rows unrolled so that their shuffle chains interleave): into xo (APB_TR, AM_ZP) bf16 x̂ =
- * (z − μ)·rstd, or x̂·γ + β when gl (the lane's 4 γ, β in gl, bl) is given; μ, rstd into st
- * (2, APB_TR) when st is not NULL. Rows past nr are zeros (their statistics are never used). */
+/* LayerNorm of the tile's rows 8·wp .. 8·wp + 7, two rows per step (a half-warp each, 8
+ * channels per lane: one 16-byte shared load and store, 4 shuffles per sum; the 32-lane
+ * form took 5, and 8 steps): into xo (APB_TR, AM_ZP) bf16 x̂ = (z − μ)·rstd, or x̂·γ + β
+ * when gl (the lane's 8 γ, β in gl, bl: channels 8·(lane % 16)..) is given; μ, rstd into
+ * st (2, APB_TR) when st is not NULL. Rows past nr are zeros (their statistics are never
+ * used). */
 static __device__ __forceinline__ void am_ln_rows(bf16 *xo, float *st, const bf16 *zb,
                                                   const float *gl, const float *bl, int nr,
                                                   int wp, int lane) {
+  const int c0 = 8 * (lane & 15);
 #pragma unroll
-  for (int k = 0; k < 8; k++) {
-    const int r = 8 * wp + k;
-    float x[4];
-    const uint2 u = *(const uint2 *)(zb + r * AM_ZP + 4 * lane);
+  for (int k = 0; k < 4; k++) {
+    const int r = 8 * wp + 2 * k + (lane >> 4);
+    const uint4 u = *(const uint4 *)(zb + r * AM_ZP + c0);
     const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
-    x[0] = __low2float(h2[0]);
-    x[1] = __high2float(h2[0]);
-    x[2] = __low2float(h2[1]);
-    x[3] = __high2float(h2[1]);
-    if (r >= nr) x[0] = x[1] = x[2] = x[3] = 0.0f;
-    const float mu = mf_warp_sum(x[0] + x[1] + x[2] + x[3]) * (1.0f / AM_C);
+    float x[8];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      x[2 * i] = r < nr ? __low2float(h2[i]) : 0.0f;
+      x[2 * i + 1] = r < nr ? __high2float(h2[i]) : 0.0f;
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) s += x[i];
+#pragma unroll
+    for (int o = 1; o < 16; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const float mu = s * (1.0f / AM_C);
     float q = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 4; i++) q += (x[i] - mu) * (x[i] - mu);
-    const float rs = 1.0f / sqrtf(mf_warp_sum(q) * (1.0f / AM_C) + (float)MF_LN_EPS);
-    if (st && lane == 0) {
+    for (int i = 0; i < 8; i++) q += (x[i] - mu) * (x[i] - mu);
+#pragma unroll
+    for (int o = 1; o < 16; o <<= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+    const float rs = 1.0f / sqrtf(q * (1.0f / AM_C) + (float)MF_LN_EPS);
+    if (st && (lane & 15) == 0) {
       st[r] = mu;
       st[APB_TR + r] = rs;
     }
-    float y[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) y[i] = gl ? (x[i] - mu) * rs * gl[i] + bl[i] : (x[i] - mu) * rs;
-    uint2 o;
+    uint4 o;
     __nv_bfloat162 *o2 = (__nv_bfloat162 *)&o;
-    o2[0] = __floats2bfloat162_rn(y[0], y[1]);
-    o2[1] = __floats2bfloat162_rn(y[2], y[3]);
-    if (r >= nr) o.x = o.y = 0u;
-    *(uint2 *)(xo + r * AM_ZP + 4 * lane) = o;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      float y0 = (x[2 * i] - mu) * rs, y1 = (x[2 * i + 1] - mu) * rs;
+      if (gl) {
+        y0 = y0 * gl[2 * i] + bl[2 * i];
+        y1 = y1 * gl[2 * i + 1] + bl[2 * i + 1];
+      }
+      o2[i] = __floats2bfloat162_rn(y0, y1);
+    }
+    if (r >= nr) o = make_uint4(0u, 0u, 0u, 0u);
+    *(uint4 *)(xo + r * AM_ZP + c0) = o;
   }
 }
 
@@ -630,11 +661,11 @@ apb_bias_fwd_mma_kernel(bf16 *__restrict__ bias, const bf16 *__restrict__ z,
   float *tile = (float *)(zh + APB_TR * AM_ZP);      /* (AM_HG, APB_TR + 1) */
   const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
   const int g = lane >> 2, tq = lane & 3, mt = wp & 3, nt = wp >> 2;
-  float gl[4], bl[4];
+  float gl[8], bl[8]; /* am_ln_rows: channels 8·(lane % 16) .. + 7 */
 #pragma unroll
-  for (int i = 0; i < 4; i++) {
-    gl[i] = mf_bf16_to_f32(gamma[4 * lane + i]);
-    bl[i] = mf_bf16_to_f32(beta[4 * lane + i]);
+  for (int i = 0; i < 8; i++) {
+    gl[i] = mf_bf16_to_f32(gamma[8 * (lane & 15) + i]);
+    bl[i] = mf_bf16_to_f32(beta[8 * (lane & 15) + i]);
   }
   /* B fragments of k-step ks (k = channel, n = head 8·nt + g): W[h][16ks + 2tq ..] pairs */
   uint32_t wb[AM_C / 16][2];
@@ -698,12 +729,12 @@ static __device__ __forceinline__ void am_bwd_issue(bf16 *zs, bf16 *dzs, bf16 (&
   am_tile_issue(zs, z + m0 * AM_C, nr);
   if (dz) am_tile_issue(dzs, dz + m0 * AM_C, nr);
   apb_cp_commit();
-  const int64_t i0 = m0 / N;
-  const int j0 = (int)(m0 - i0 * N);
+  const int r = threadIdx.x % APB_TR;
+  const apb_pos ps = apb_tile_pos(m0, r, N);
 #pragma unroll
   for (int k = 0; k < AM_DBN; k++) {
-    const int idx = threadIdx.x + k * APB_THREADS, h = idx / APB_TR, r = idx - h * APB_TR;
-    dbp[k] = (h < H && r < nr) ? dbias[apb_bias_off(h, i0, j0, r, N)] : mf_f32_to_bf16(0.0f);
+    const int h = threadIdx.x / APB_TR + k * (APB_THREADS / APB_TR);
+    dbp[k] = (h < H && r < nr) ? dbias[h * ps.hs + ps.off] : mf_f32_to_bf16(0.0f);
   }
 }
 
@@ -910,20 +941,6 @@ apb_bias_bwd_mma_kernel(bf16 *__restrict__ dz, float *__restrict__ part,
   }
 }
 
-/* dw (H·Cz), dg (Cz), db (Cz) += Σ_p part[p] in order p = 0..parts−1; any may be NULL. */
-static __global__ void apb_part_reduce_kernel(float *__restrict__ dw, float *__restrict__ dg,
-                                              float *__restrict__ db, const float *__restrict__ part,
-                                              int parts, int HC, int Cz) {
-  const int P = HC + 2 * Cz;
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= P) return;
-  float *dst = j < HC ? dw : j < HC + Cz ? dg : db;
-  if (!dst) return;
-  float s = 0.0f;
-  for (int p = 0; p < parts; p++) s += part[(int64_t)p * P + j];
-  dst[j < HC ? j : j < HC + Cz ? j - HC : j - HC - Cz] += s;
-}
-
 /* ================================================================ single-track kernels */
 
 typedef struct {
@@ -974,16 +991,6 @@ static __global__ void apb_heads_to_rows_kernel(bf16 *__restrict__ dst, int ld, 
     *(uint4 *)(dst + (int64_t)i * ld + col) =
         *(const uint4 *)(apb_pick(src, t) + ((int64_t)h * N + i) * D + d);
   }
-}
-
-/* db (n) += Σ_i x[i, :n] over rows i = 0..N−1 in order; x (N, ld). */
-static __global__ void apb_colsum_kernel(float *__restrict__ db, const bf16 *__restrict__ x, int ld,
-                                         int N, int n) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= n) return;
-  float s = 0.0f;
-  for (int i = 0; i < N; i++) s += mf_bf16_to_f32(x[(int64_t)i * ld + j]);
-  db[j] += s;
 }
 
 /* ================================================================ launchers */
@@ -1285,8 +1292,7 @@ extern "C" void mf_apb_backward_cuda(bf16 *ds, bf16 *dz, const mf_apb_cuda_grads
     bf16 *const dh[4] = {b.dqh, b.dkh, b.dvh, b.dgh};
     launch_heads_to_rows(b.dP, 4 * HD, dh, 4, N, H, D, stream);
     if (G(b_q)) {
-      apb_colsum_kernel<<<mf_cdiv(HD, 128), 128, 0, stream>>>(G(b_q), b.dP, 4 * HD, N, HD);
-      MF_CHECK_LAUNCH();
+      mf_colsum_cuda<bf16>(G(b_q), NULL, NULL, HD, 0, b.dP, 4 * HD, N, HD, stream);
     }
     const bf16 *wp[4] = {w->w_q, w->w_k, w->w_v, w->w_g};
     for (int p = 0; p < 4; p++) {
@@ -1311,9 +1317,7 @@ extern "C" void mf_apb_backward_cuda(bf16 *ds, bf16 *dz, const mf_apb_cuda_grads
     launch_bias_bwd(dz, b.zpart, b.dbias, z, w, N, Cz, H, stream);
     if (G(w_z) || G(ln_z_g) || G(ln_z_b)) {
       const int P = H * Cz + 2 * Cz;
-      apb_part_reduce_kernel<<<mf_cdiv(P, 128), 128, 0, stream>>>(
-          G(w_z), G(ln_z_g), G(ln_z_b), b.zpart, bwd_blocks(N), H * Cz, Cz);
-      MF_CHECK_LAUNCH();
+      mf_colsum_cuda<float>(G(w_z), G(ln_z_g), G(ln_z_b), H * Cz, Cz, b.zpart, P, bwd_blocks(N), P, stream);
     }
   }
 }

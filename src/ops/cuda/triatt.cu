@@ -57,32 +57,55 @@ static int ta_wrows(int H, int D) { return 3 * H * D + ta_ob(H, D); }
 /* Between the bias columns [3HD, 3HD + BP) of P (M, ldp), all pair rows in z order, and
  * bias (H, N, NB) at (h, i, j) (row stride NB = ta_nb(N)). TO_P = false gathers the bias
  * for the attention (and zeroes its padding columns N..NB-1, never read for a logit but
- * copied with their row's last 16 bytes); true writes dbias into those columns of the
- * gradient matrix with zeros in the padding ones. One thread per (i, j), in bias order
- * (coalesced on the (H, N, NB) side), moving the row's BP columns as 16-byte vectors. */
+ * copied with their row's last 16 bytes): one thread per (i, j), in bias order (coalesced
+ * on the (H, N, NB) side), reading the row's H columns as 16-byte vectors. TO_P = true
+ * writes dbias into those columns of the gradient matrix, with zeros in the padding ones
+ * (the projection backward's products read them against zero weight rows): up to 8
+ * consecutive threads per P row, each storing 16-byte pieces of the block, the rows in the
+ * order (j, i) of the ending node's bias for both nodes, so that consecutive rows lie N
+ * rows apart in P (dbias, 2 bytes per head, is read from L2). H200, ncu, N = 768: with one
+ * thread per (i, j) storing its BP/8 pieces in turn, 190 µs per call once BP grew 8 → 64
+ * (ldp 576); one 32-byte sector a row 23 µs when consecutive rows were N apart in P (the
+ * ending node) and 59 µs when they were adjacent (the starting node: 1152 bytes apart,
+ * which camps on few memory partitions); a 16-byte half sector a row 33 / 81 µs. The
+ * callers store whole sectors. */
+/* Threads per P row of ta_bias_kernel<true> for cols columns: one per 16-byte piece, at
+ * most 8 (a power of two dividing the block size). */
+static __host__ __device__ int ta_bias_g(int cols) { return cols >= 64 ? 8 : cols >= 32 ? 4 : cols >= 16 ? 2 : 1; }
 template <bool TO_P>
 static __global__ void ta_bias_kernel(bf16 *__restrict__ P, int ldp, bf16 *__restrict__ bias,
-                                      int N, int H, int D, int starting) {
+                                      int N, int H, int D, int starting, int cols) {
   const int64_t M = (int64_t)N * N, NB = ta_nb(N), MB = (int64_t)N * NB;
-  const int BP = ta_bp(H, D), HD = H * D;
-  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < M;
-       t += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t i = t / N, j = t - i * N, m = starting ? t : j * N + i, e = i * NB + j;
-    bf16 *prow = P + m * ldp + 3 * HD;
-    for (int c = 0; c < (TO_P ? BP : (H + 7) / 8 * 8); c += 8) { /* gather: the H columns */
-      __align__(16) bf16 v[8];
-      if (!TO_P) *(uint4 *)v = *(const uint4 *)(prow + c);
+  const int HD = H * D;
+  /* TO_P: the block's first cols columns (a multiple of 8), by groups of G = ta_bias_g
+   * threads per P row, thread k of a group storing pieces k, k + G, … */
+  const int G = TO_P ? ta_bias_g(cols) : 1, k = (int)(threadIdx.x % G);
+  for (int64_t q = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / G; q < M;
+       q += (int64_t)gridDim.x * blockDim.x / G) {
+    if constexpr (TO_P) { /* P's rows N apart for consecutive q, for either node */
+      const int64_t a = q / N, b = q - a * N, i = starting ? b : a, j = starting ? a : b;
+      const int64_t e = i * NB + j;
+      bf16 *prow = P + (b * N + a) * ldp + 3 * HD;
+      for (int c = 8 * k; c < cols; c += 8 * G) {
+        __align__(16) bf16 v[8];
 #pragma unroll
-      for (int u = 0; u < 8; u++) {
-        const int h = c + u;
-        if (TO_P) v[u] = h < H ? bias[h * MB + e] : mf_f32_to_bf16(0.0f);
-        else if (h < H) bias[h * MB + e] = v[u];
+        for (int u = 0; u < 8; u++) v[u] = c + u < H ? bias[(c + u) * MB + e] : mf_f32_to_bf16(0.0f);
+        *(uint4 *)(prow + c) = *(const uint4 *)v;
       }
-      if (TO_P) *(uint4 *)(prow + c) = *(const uint4 *)v;
+    } else {
+      const int64_t i = q / N, j = q - i * N, m = starting ? q : j * N + i, e = i * NB + j;
+      const bf16 *prow = P + m * ldp + 3 * HD;
+      for (int c = 0; c < (H + 7) / 8 * 8; c += 8) { /* gather: the H columns */
+        __align__(16) bf16 v[8];
+        *(uint4 *)v = *(const uint4 *)(prow + c);
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+          if (c + u < H) bias[(c + u) * MB + e] = v[u];
+      }
+      if (j == N - 1) /* the row's padding columns */
+        for (int h = 0; h < H; h++)
+          for (int64_t jj = N; jj < NB; jj++) bias[h * MB + i * NB + jj] = mf_f32_to_bf16(0.0f);
     }
-    if (!TO_P && j == N - 1) /* the row's padding columns */
-      for (int h = 0; h < H; h++)
-        for (int64_t jj = N; jj < NB; jj++) bias[h * MB + i * NB + jj] = mf_f32_to_bf16(0.0f);
   }
 }
 
@@ -413,11 +436,12 @@ static mf_attn_views ta_views(int N, int H, int D, int starting) {
   return mf_attn_views{sp, sp, sp, sp, so, sp, sp, sp, sp, sp, ta_nb(N)};
 }
 
+/* to_p: dbias into dP's bias block, its first cols columns (the rest are not written). */
 static void launch_bias(bf16 *P, bf16 *bias, int N, int H, int D, int starting, bool to_p,
-                        cudaStream_t s) {
-  const unsigned nb = mf_ew_blocks((int64_t)N * N);
-  if (to_p) ta_bias_kernel<true><<<nb, 256, 0, s>>>(P, ta_ldp(H, D), bias, N, H, D, starting);
-  else ta_bias_kernel<false><<<nb, 256, 0, s>>>(P, ta_ldp(H, D), bias, N, H, D, starting);
+                        int cols, cudaStream_t s) {
+  const unsigned nb = mf_ew_blocks((int64_t)N * N * (to_p ? ta_bias_g(cols) : 1));
+  if (to_p) ta_bias_kernel<true><<<nb, 256, 0, s>>>(P, ta_ldp(H, D), bias, N, H, D, starting, cols);
+  else ta_bias_kernel<false><<<nb, 256, 0, s>>>(P, ta_ldp(H, D), bias, N, H, D, starting, 0);
   MF_CHECK_LAUNCH();
 }
 
@@ -486,7 +510,7 @@ static void ta_forward(bf16 *out, void *saved, const bf16 *z, const uint8_t *pm,
   const int64_t RP = ta_proj_wg(b.P, z, wq, C, H, D) ? M : R; /* the wgmma path: one call */
   for (int64_t r0 = 0; r0 < M; r0 += RP)
     ta_project(b.P, st, &s, z, w, wq, C, H, D, r0, M - r0 < RP ? M - r0 : RP, 0, blas, stream);
-  launch_bias(b.P, b.bias, N, H, D, starting, false, stream);
+  launch_bias(b.P, b.bias, N, H, D, starting, false, 0, stream);
   /* o = σ(g) ⊙ attention(q, k, v, bias, key mask), on views of P, into o in z order */
   const mf_attn_views vw = ta_views(N, H, D, starting);
   mf_attention_forward_strided_cuda(s.o, s.lse, b.P, b.P + HD, b.P + 2 * HD, b.bias, kmask,
@@ -575,7 +599,7 @@ static void ta_backward(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dou
                           rd ? b.mask : NULL, rd ? (int)rd->axis : 0, s.o, b.P + goff, s.lse,
                           w->w_o, N, starting, mf_attention_side_rows_qp(ad), stream);
     mf_attention_side_rows_pad_cuda(b.side, ad, stream);
-    launch_bias(b.P, b.bias, N, H, D, starting, false, stream); /* reads P only */
+    launch_bias(b.P, b.bias, N, H, D, starting, false, 0, stream); /* reads P only */
     /* phase 2: the attention backward from those (dOe in z order: o's view) */
     mf_attn_views vw = ta_views(N, H, D, starting);
     vw.dout = vw.out;
@@ -584,7 +608,7 @@ static void ta_backward(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dou
                                                 ad, &vw, b.pws, b.pws_bytes, stream);
   } else {
     ta_backward_out_chunks(&b, &s, g, dout, z, w, wq, N, C, H, D, keep, rd, blas, stream);
-    launch_bias(b.P, b.bias, N, H, D, starting, false, stream); /* reads P only */
+    launch_bias(b.P, b.bias, N, H, D, starting, false, 0, stream); /* reads P only */
     /* phase 2: the attention backward on views of P and dP (all its gradients assign; dg
      * replaces dO in place) */
     const mf_attn_views vw = ta_views(N, H, D, starting);
@@ -592,7 +616,21 @@ static void ta_backward(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dou
                                        b.dP + goff, s.o, s.lse, b.P, b.P + HD, b.P + 2 * HD, b.bias,
                                        kmask, b.P + goff, ad, &vw, b.att_ws, b.att_ws_bytes, stream);
   }
-  launch_bias(b.dP, b.dbias, N, H, D, starting, true, stream); /* + zero padding columns */
+  /* phase 3's dx̂ = dP·w_qkvbg by gemm_ln_bwd_wg where it takes the call: where the bias
+   * block is padded past H rounded up to 8 (BP = 64 at AF3's shape), as two terms that skip
+   * the rest of the padding, [g]·W_g + [q | k | v | bias, 16-padded]·W_qkvb, so that only
+   * dbias and its first padding columns are written into dP (the cuBLAS dW GEMM reads the
+   * other padding columns too, but their products land in dwpad's padding rows, which
+   * ta_dw_unpad_kernel drops): zeroing all BP columns took 59 µs a call at N = 768 (H200),
+   * 16 columns about 23 (ta_bias_kernel). */
+  const int kb = 3 * HD + (H + 15) / 16 * 16; /* the bias to whole 32-byte sectors */
+  const int split = kb < goff;
+  const mf_gemm_ln_term tq1 = {b.dP, ldp, wq, ldp};
+  const mf_gemm_ln_term tq2[2] = {{b.dP + goff, ldp, wq + (size_t)goff * C, HD}, {b.dP, ldp, wq, kb}};
+  const bool gl = mf_gemm_ln_bwd_enabled() &&
+                  mf_gemm_ln_bwd_supported(split ? tq2 : &tq1, split ? 2 : 1, C, MF_LN_FULL, z, dz);
+  /* dbias into dP, with zeros in the padding columns that phase 3 reads */
+  launch_bias(b.dP, b.dbias, N, H, D, starting, true, gl && split ? kb - 3 * HD : ta_bp(H, D), stream);
 
   /* phase 3, per chunk: dw_qkvbg += dPᵀ·x̂,  dx̂ = dP·w_qkvbg,  dz = LN backward
    * (staging now inside P, bias — or, with keep, dbias, att_ws: dead after the attention
@@ -606,13 +644,13 @@ static void ta_backward(bf16 *dz, const mf_triatt_cuda_grads *g, const bf16 *dou
     if (G(w_qkvbg))
       mf_gemm_rm_cuda(blas, stream, 1, 0, ldp, C, rows, 1.0f, dp, ldp, st->xh, C, 1.0f, b.dwpad,
                       MF_GEMM_OUT_F32, C);
-    const mf_gemm_ln_term tq = {dp, ldp, wq, ldp};
-    if (mf_gemm_ln_bwd_enabled() &&
-        mf_gemm_ln_bwd_supported(&tq, 1, C, MF_LN_FULL, z + r0 * C, dz + r0 * C)) {
+    if (gl) { /* the chunks' pointers keep the alignment checked at r0 = 0 */
       /* dx̂ = dP·w_qkvbg and the LayerNorm backward in one kernel: no fp32 dx̂ in HBM */
-      const int parts = mf_gemm_ln_bwd_cuda(dz + r0 * C, rd ? 1 : 0, st->part, &tq, 1, z + r0 * C,
-                                            s.mu + r0, s.rs + r0, w->ln_g, rows, C, MF_LN_FULL,
-                                            stream);
+      const mf_gemm_ln_term t1 = {dp, ldp, wq, ldp};
+      const mf_gemm_ln_term t2[2] = {{dp + goff, ldp, tq2[0].w, HD}, {dp, ldp, wq, kb}};
+      const int parts = mf_gemm_ln_bwd_cuda(dz + r0 * C, rd ? 1 : 0, st->part, split ? t2 : &t1,
+                                            split ? 2 : 1, z + r0 * C, s.mu + r0, s.rs + r0, w->ln_g,
+                                            rows, C, MF_LN_FULL, stream);
       mf_ln_param_grad_reduce_cuda(G(ln_g), G(ln_b), st->part, parts, C, stream);
       continue;
     }
