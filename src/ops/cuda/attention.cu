@@ -526,8 +526,39 @@ __device__ __forceinline__ int64_t vofs(const mf_attn_stride &s, int b, int r, i
   return (int64_t)b * s.b + (int64_t)r * s.r + (int64_t)h * s.h;
 }
 
+/* A bias box in the 128-byte swizzle (as tv_sw128) at shared address base, with the four
+ * ldmatrix addresses that logits() reads computed once per thread: off[j] is the byte
+ * offset of (row 16·warp + 8·((lane / 8) % 2) + lane % 8, chunk 2j + lane / 16). The
+ * forward recomputed them from the lane every key tile (about 17 integer instructions a
+ * tile, README step 37); held, each ldmatrix is one instruction off a uniform base. */
+struct tv_sw128_lg {
+  uint32_t base;
+  const uint32_t *off;
+  __device__ static void offsets(uint32_t off[4], int warp) {
+    const int lane = threadIdx.x % MF_WARP_SIZE, i = lane / 8;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      off[j] = mf_sw128_chunk(warp * 16 + (i % 2) * 8 + lane % 8, 2 * j + i / 2);
+      asm volatile("" : "+r"(off[j])); /* opaque: ptxas rematerialised them in the loop */
+    }
+  }
+};
+/* bb ← the ldmatrix x4 of logits() at (row, chunk 2j + lane / 16) of view bs */
+template <bool MMA, class TV>
+__device__ __forceinline__ void ldsm_bias(uint32_t bb[4], const TV &bs, int row, int j) {
+  const int lane = threadIdx.x % MF_WARP_SIZE;
+  ldsm_x4<MMA, false>(bb, bs.ptr(row, 2 * j + lane / 16));
+}
+template <bool MMA>
+__device__ __forceinline__ void ldsm_bias(uint32_t bb[4], const tv_sw128_lg &bs, int, int j) {
+  static_assert(MMA, "tv_sw128_lg: the tensor-core kernels only");
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(bb[0]), "=r"(bb[1]), "=r"(bb[2]), "=r"(bb[3])
+               : "r"(bs.base + bs.off[j]));
+}
+
 /* Logits of this warp's (16 rows, 64 keys) tile, in place: s ← scale·s + bias, or -inf
- * for a masked key (MASKED only); mx0, mx1 get
+ * for a masked key (MASKED only); mx0, mx1 are set to
  * the maxima of rows g and g+8 over this thread's columns. bs: (BQ, BK) bias tile. */
 template <bool MASKED, bool MMA, class TV = tv_bias>
 __device__ __forceinline__ void logits(float s[8][4], const TV &bs, const uint8_t *ms,
@@ -537,7 +568,7 @@ __device__ __forceinline__ void logits(float s[8][4], const TV &bs, const uint8_
   for (int nb = 0; nb < 8; nb += 2) {
     /* bias in C-fragment layout, two n-blocks per ldmatrix: r0, r1 rows g, g+8 of nb */
     uint32_t bb[4];
-    ldsm_x4<MMA, false>(bb, bs.ptr(warp * 16 + (i % 2) * 8 + lane % 8, nb + i / 2));
+    ldsm_bias<MMA>(bb, bs, warp * 16 + (i % 2) * 8 + lane % 8, nb / 2);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       const int n = nb + h, col = n * 8 + 2 * t;
@@ -550,8 +581,13 @@ __device__ __forceinline__ void logits(float s[8][4], const TV &bs, const uint8_
         if (!(mk & 0xff)) s[n][0] = s[n][2] = -INFINITY;
         if (!(mk >> 8)) s[n][1] = s[n][3] = -INFINITY;
       }
-      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+      if (n == 0) { /* the first pair starts the maxima (no max with −∞: 2 FMNMX a tile) */
+        mx0 = fmaxf(s[n][0], s[n][1]);
+        mx1 = fmaxf(s[n][2], s[n][3]);
+      } else {
+        mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+      }
     }
   }
 }
@@ -570,43 +606,54 @@ __device__ __forceinline__ void exp2_rows(float s[8][4], float mu0, float mu1) {
 }
 
 /* One online-softmax step of the forward over a key tile's logits s (natural units; mx0,
- * mx1: the maxima of rows g, g+8 over this thread's columns, from logits()): the rows'
- * running maxima m0, m1 updated, s replaced by P = 2^(log2e·(s − m)) (a row with no valid
- * key yet uses m = 0), and the accumulators o[0..NO) rescaled by 2^(log2e·(m_old − m_new)).
- * o[NO − 1] is the row-sum block that mm_pm_v<RS> adds P·1 to (README step 15: the row
- * sums by the tensor cores, 4 mma.sync per tile in place of 32 FADDs per thread; they
- * are the sums of the bf16-rounded P that the products use). */
+ * mx1: the maxima of rows g, g+8 over this thread's columns, from logits()). The state of
+ * a row is mu = log2e·m, its reference maximum in exp2 units (−FLT_MAX before its first
+ * valid key); s is replaced by P = 2^(log2e·s − mu) and the accumulators o[0..NO) hold
+ * Σ P·v and (o[NO − 1], by mm_pm_v<RS>) Σ P under that mu.
+ * Lazy rescaling (README step 37): mu is raised, and o rescaled by 2^(mu_old − mu_new),
+ * only when some row of the warp has a logit more than ATT_RESCALE_LOG2 above its mu
+ * (a warp vote, so the branch is uniform); otherwise mu stays and P ≤ 2^ATT_RESCALE_LOG2
+ * = 256, which bf16 P and the fp32 sums hold without loss. The result depends only on
+ * the (fixed) order of the tiles, so it is deterministic, and lse = (mu + log2 l)·ln2 is
+ * exact whatever mu is. Skipping saves the 20 multiplications of o, two exponentials and
+ * the per-row reference arithmetic on most tiles. (README step 15: the row sums by the
+ * tensor cores, 4 mma.sync per tile in place of 32 FADDs per thread; they are the sums of
+ * the bf16-rounded P that the products use.) */
+#define ATT_RESCALE_LOG2 8.f
+#define ATT_MU_EMPTY (-3.402823466e38f) /* mu of a row with no valid key yet: −FLT_MAX */
 template <bool MMA, int NO>
-__device__ __forceinline__ void softmax_step(float s[8][4], float o[NO][4], float &m0, float &m1,
+__device__ __forceinline__ void softmax_step(float s[8][4], float o[NO][4], float &mu0, float &mu1,
                                              float mx0, float mx1) {
   mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
   mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-  const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-  /* exp2 domain: p = 2^(log2e·s − log2e·m); a row with no valid key yet uses m = 0 */
-  const float mu0 = mn0 == -INFINITY ? 0.f : mn0 * ATT_LOG2E;
-  const float mu1 = mn1 == -INFINITY ? 0.f : mn1 * ATT_LOG2E;
-  const float al0 = fast_exp2<MMA>(fmaf(m0, ATT_LOG2E, -mu0)), al1 = fast_exp2<MMA>(fmaf(m1, ATT_LOG2E, -mu1));
+  /* a masked tile row has mx = −∞: −∞·log2e − mu = −∞, no growth (never NaN: mu finite) */
+  const float x0 = mx0 * ATT_LOG2E, x1 = mx1 * ATT_LOG2E;
+  const bool grow = x0 - mu0 > ATT_RESCALE_LOG2 || x1 - mu1 > ATT_RESCALE_LOG2;
+  if (__any_sync(0xffffffffu, grow)) {
+    const float mn0 = fmaxf(mu0, x0), mn1 = fmaxf(mu1, x1);
+    const float al0 = fast_exp2<MMA>(mu0 - mn0), al1 = fast_exp2<MMA>(mu1 - mn1);
 #pragma unroll
-  for (int i = 0; i < NO; i++) {
-    o[i][0] *= al0; o[i][1] *= al0;
-    o[i][2] *= al1; o[i][3] *= al1;
+    for (int i = 0; i < NO; i++) {
+      o[i][0] *= al0; o[i][1] *= al0;
+      o[i][2] *= al1; o[i][3] *= al1;
+    }
+    mu0 = mn0;
+    mu1 = mn1;
   }
-  m0 = mn0;
-  m1 = mn1;
   exp2_rows<MMA>(s, mu0, mu1);
 }
 
 /* The forward's end of a row pair, from the row sums l0, l1 (rows g, g+8; mm_pm_v<RS>
- * leaves the whole sum in every column): lse (-inf for a row with no valid key) and the
- * normaliser of o (0 for such a row). */
-__device__ __forceinline__ void softmax_finish(float l0, float l1, float m0, float m1, float &lse0,
+ * leaves the whole sum in every column) and the rows' mu: lse (-inf for a row with no
+ * valid key) and the normaliser of o (0 for such a row). */
+__device__ __forceinline__ void softmax_finish(float l0, float l1, float mu0, float mu1, float &lse0,
                                                float &lse1, float &inv0, float &inv1) {
   inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
   inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
-  lse0 = l0 > 0.f ? m0 + log2f(l0) * ATT_LN2 : -INFINITY;
-  lse1 = l1 > 0.f ? m1 + log2f(l1) * ATT_LN2 : -INFINITY;
+  lse0 = l0 > 0.f ? (mu0 + log2f(l0)) * ATT_LN2 : -INFINITY;
+  lse1 = l1 > 0.f ? (mu1 + log2f(l1)) * ATT_LN2 : -INFINITY;
 }
 
 /* ------------------------------------------------------------------------------------
@@ -719,7 +766,7 @@ __global__ void __launch_bounds__(ATT_THREADS * GR * GQ, minb_fwd(MMA, DP, GR * 
   float o[DP / 8 + 1][4]; /* the output's n-blocks, then the row sums (mm_pm_v<RS>) */
 #pragma unroll
   for (int i = 0; i < DP / 8 + 1; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY;
+  float m0 = ATT_MU_EMPTY, m1 = ATT_MU_EMPTY; /* the rows' mu (softmax_step) */
 
   /* the next tile's mask bytes, fetched a step ahead (mask_fetch) */
   uint32_t mnext = ldkv && nkb > 1 ? mask_fetch(mg, ATT_BK, K) : 0u;
@@ -920,10 +967,12 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
   uint32_t qf[2][4];
   load_a_frags_v<32, true>(qf, tv_sw64{reinterpret_cast<const bf16 *>(sb + 2 * TMA_STAGE)}, warp);
 
+  uint32_t lgo[4]; /* logits()' ldmatrix offsets in a stage's bias box */
+  tv_sw128_lg::offsets(lgo, warp);
   float o[5][4]; /* the output's n-blocks, then the row sums (mm_pm_v<RS>) */
 #pragma unroll
   for (int i = 0; i < 5; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY;
+  float m0 = ATT_MU_EMPTY, m1 = ATT_MU_EMPTY; /* the rows' mu (softmax_step) */
   /* wgmma descriptors of stage 0's K and V boxes (WG) */
   const uint64_t dk0 = mf_wg_desc_sw64(base, 16, 512), dv0 = mf_wg_desc_sw64(base + TMA_KV, 4096, 512);
   /* the gate: by TMA with Q (gate_tma), else in the last step into the free stage */
@@ -962,7 +1011,7 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
     }
     mf_mbar_wait(full + 8 * st, (uint32_t)(it >> 1) & 1u);
     const bf16 *ks = reinterpret_cast<const bf16 *>(sb + st * TMA_STAGE), *vs = ks + TMA_KV / 2;
-    const tv_sw128 bs{ks + TMA_KV};
+    const tv_sw128_lg bs{base + st * TMA_STAGE + 2 * TMA_KV, lgo};
     const uint8_t *ms = Ms + st * ATT_MS_TMA;
 
     float s[8][4];
@@ -1149,19 +1198,29 @@ __device__ __forceinline__ void load_lse_di(float *Ls, float *Ds, int sn, const 
 
 /* Shared by dkdv_kernel and fused_kernel: the Pᵀ/dSᵀ step of one n-block (this warp's 16
  * keys × 8 queries): s = Sᵀ and dp = dPᵀ (C fragments) become, in place,
- * Pᵀ = exp2((Sᵀ·scale + biasᵀ)·log2e − L) (0 for masked keys: kv0, kv1 for keys g, g+8)
- * and dSᵀ = Pᵀ ⊙ (dPᵀ − Dv); b2: the two biasᵀ registers (keys g, g+8); L, Dv: lse·log2e
- * and Di of the queries 2t, 2t+1. */
+ * Pᵀ = exp2((Sᵀ·scale + biasᵀ)·log2e − L) (0 for masked keys) and dSᵀ = Pᵀ ⊙ (dPᵀ − Dv);
+ * b2: the two biasᵀ registers (keys g, g+8); L, Dv: lse·log2e and Di of the queries 2t,
+ * 2t+1; km0, km1: all ones for a valid key g, g+8, else 0 (key_mask_bits).
+ * A masked key's P is the exponential ANDed with its zero mask word: one LOP3 per logit.
+ * Written as `kv ? exp2(..) : 0` it compiled to a predicated MUFU behind a zeroing of the
+ * destination through a uniform register, two instructions per logit (UMOV, IMAD.U32;
+ * dev/cuda/README.md step 37). AND also turns an infinite or NaN exponential of a masked
+ * key into +0. */
+__device__ __forceinline__ float and_mask(float x, uint32_t m) {
+  uint32_t y;
+  asm("and.b32 %0, %1, %2;" : "=r"(y) : "r"(__float_as_uint(x)), "r"(m));
+  return __uint_as_float(y);
+}
+__device__ __forceinline__ uint32_t key_mask_bits(bool kv) { return kv ? 0xffffffffu : 0u; }
 template <bool MMA>
 __device__ __forceinline__ void pt_dst(float s[4], float dp[4], const uint32_t b2[2], float2 L,
-                                       float2 Dv, bool kv0, bool kv1, float scale) {
+                                       float2 Dv, uint32_t km0, uint32_t km1, float scale) {
 #pragma unroll
   for (int e = 0; e < 4; e++) {
-    const bool kv = (e >> 1) ? kv1 : kv0;
     const uint32_t w = b2[e >> 1];
     const float bv = (e & 1) ? hi_f(w) : lo_f(w);
-    const float pv = kv ? fast_exp2<MMA>(fmaf(fmaf(s[e], scale, bv), ATT_LOG2E, -((e & 1) ? L.y : L.x)))
-                        : 0.f;
+    const float pv = and_mask(fast_exp2<MMA>(fmaf(fmaf(s[e], scale, bv), ATT_LOG2E, -((e & 1) ? L.y : L.x))),
+                              (e >> 1) ? km1 : km0);
     s[e] = pv;                                        /* Pᵀ */
     dp[e] = pv * (dp[e] - ((e & 1) ? Dv.y : Dv.x)); /* dSᵀ */
   }
@@ -1213,11 +1272,18 @@ struct st_sw128 { /* 128-byte rows in the 128-byte swizzle (wgmma's MN-major A o
     return reinterpret_cast<uint32_t *>(p + mf_sw128(row, col));
   }
 };
+/* The Pᵀ/dSᵀ step of this warp's (16 keys, 64 queries) tile (pt_dst per n-block); STORE:
+ * dSᵀ also into st in bf16, and where dsa is given, the same packed pairs into it in
+ * A-fragment order (dsa[j] is pack_a_frag(·, dp, j)), so that a caller feeding dSᵀ to a
+ * wgmma from registers does not convert it twice (the conversions are inline asm, which
+ * the compiler did not merge: 16 F2FP per tile; dev/cuda/README.md step 37). */
 template <bool MMA, bool STORE, class TV = tv_bias, class SV = st_pitch>
 __device__ __forceinline__ void pt_dst_tile(float s[8][4], float dp[8][4], const TV &bs,
                                             const float *ls, const float *ds, bool kv0, bool kv1,
-                                            float scale, const SV &st, int warp) {
+                                            float scale, const SV &st, int warp,
+                                            uint32_t (*dsa)[4] = nullptr) {
   const int lane = threadIdx.x % MF_WARP_SIZE, gq = lane >> 2, t = lane & 3;
+  const uint32_t km0 = key_mask_bits(kv0), km1 = key_mask_bits(kv1);
 #pragma unroll
   for (int nb = 0; nb < 8; nb += 2) {
     uint32_t bb[4];
@@ -1226,10 +1292,15 @@ __device__ __forceinline__ void pt_dst_tile(float s[8][4], float dp[8][4], const
     for (int hh = 0; hh < 2; hh++) {
       const int n = nb + hh, qc = n * 8 + 2 * t;
       pt_dst<MMA>(s[n], dp[n], bb + 2 * hh, *reinterpret_cast<const float2 *>(ls + qc),
-                  *reinterpret_cast<const float2 *>(ds + qc), kv0, kv1, scale);
+                  *reinterpret_cast<const float2 *>(ds + qc), km0, km1, scale);
       if constexpr (STORE) { /* dSᵀ rows (keys) g, g+8 of this warp, queries qc, qc+1 */
-        *st.at(warp * 16 + gq, qc) = pack_bf16x2(dp[n][0], dp[n][1]);
-        *st.at(warp * 16 + gq + 8, qc) = pack_bf16x2(dp[n][2], dp[n][3]);
+        const uint32_t lo = pack_bf16x2(dp[n][0], dp[n][1]), hi = pack_bf16x2(dp[n][2], dp[n][3]);
+        *st.at(warp * 16 + gq, qc) = lo;
+        *st.at(warp * 16 + gq + 8, qc) = hi;
+        if (dsa) {
+          dsa[n / 2][2 * (n % 2)] = lo;
+          dsa[n / 2][2 * (n % 2) + 1] = hi;
+        }
       }
     }
   }
@@ -2270,12 +2341,20 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
     const float *ldg = slab_ld(p, brh);
     for (int kb = 0; kb < nkb; kb += KT) {
       const int k0 = kb * ATT_BK, nt = min(KT, nkb - kb); /* this pass's key tiles */
+      /* step it's query tile: the passes alternate direction (README step 37), so that a
+       * pass starts on the tiles whose Q, dO and dQ accumulator the previous pass touched
+       * last and L2 may still hold (in one direction every pass saw its slab's 256 KB
+       * last touched a whole pass earlier, with the other CTAs' slabs in between: about
+       * 68 MB in flight at N = 1024, more than L2). Each tile still sums its key tiles in
+       * pass order: the same results. */
+      const bool rev = (kb / KT) & 1;
+      auto qtile = [&](int it) { return rev ? nqb - 1 - it : it; };
       auto prefetch = [&](int it, int sn) {
-        const int q1 = it * ATT_BQ;
+        const int q1 = qtile(it) * ATT_BQ;
         if (lane == 0) tma_fused_stage_w<KT>(tm, base + sn * STG, bar + 8 * sn, warp, q1, k0, h, r, b, has_bias, ldg, nqb);
         if (kb > 0)
 #pragma unroll
-          for (int nd = 0; nd < ND; nd++) cp_async16<MMA>(Acc + slot(sn, nd), gacc + slot(it, nd), true);
+          for (int nd = 0; nd < ND; nd++) cp_async16<MMA>(Acc + slot(sn, nd), gacc + slot(qtile(it), nd), true);
       };
 
       __syncthreads(); /* the previous key tiles are done with every buffer (and the barriers are set) */
@@ -2312,7 +2391,8 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
         const float *ds = ls + ATT_BQ;
         /* the Q and dO boxes' descriptors: K-major (Sᵀ, dPᵀ) and MN-major (dV, dK) */
         const uint64_t dqk = dqk0 + (uint64_t)(st * (STG / 16)), dqm = dqm0 + (uint64_t)(st * (STG / 16));
-        float c[ND][4]; /* dQ rows it·64 + 16·warp.. of this slab, over the pass's key tiles */
+        const int qt = qtile(it);
+        float c[ND][4]; /* dQ rows qt·64 + 16·warp.. of this slab, over the pass's key tiles */
         float(&c16)[16] = reinterpret_cast<float(&)[16]>(c);
         acc_load<ND>(c, kb == 0, [&](int nd) { return Acc[slot(st, nd)]; });
 #pragma unroll
@@ -2333,14 +2413,11 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
           mf_wg_wait<0>();
           mf_wg_pin(s32);
           mf_wg_pin(dp32);
-          pt_dst_tile<MMA, true>(s, dp, tv_sw128{qs + TMA_KV + t * TMA_BIAS / 2}, ls, ds, kv0[t], kv1[t], scale,
-                                 st_sw128{St}, warp);
           uint32_t pa[4][4], sa[4][4];
+          pt_dst_tile<MMA, true>(s, dp, tv_sw128{qs + TMA_KV + t * TMA_BIAS / 2}, ls, ds, kv0[t], kv1[t], scale,
+                                 st_sw128{St}, warp, sa);
 #pragma unroll
-          for (int j = 0; j < 4; j++) {
-            pack_a_frag(pa[j], s, j);
-            pack_a_frag(sa[j], dp, j);
-          }
+          for (int j = 0; j < 4; j++) pack_a_frag(pa[j], s, j);
           mf_wg_fence(); /* dV_t += Pᵀ·dO, dK_t += dSᵀ·Q */
           wg_pm_desc(dv16, pa, dqm + TMA_KV / 16);
           wg_pm_desc(dk16, sa, dqm);
@@ -2359,10 +2436,10 @@ __global__ void __launch_bounds__(ATT_THREADS, KT == 1 ? 3 : 2) fused_wg_kernel(
           mf_wg_pin(dk16);
         }
         if (kb + KT >= nkb) {
-          store_rows<DP>(p.dq + vofs(p.sdq, b, r, h), c, it * ATT_BQ + warp * 16, p.Q, p.D, p.sdq.row, scale);
+          store_rows<DP>(p.dq + vofs(p.sdq, b, r, h), c, qt * ATT_BQ + warp * 16, p.Q, p.D, p.sdq.row, scale);
         } else {
 #pragma unroll
-          for (int nd = 0; nd < ND; nd++) gacc[slot(it, nd)] = make_float4(c[nd][0], c[nd][1], c[nd][2], c[nd][3]);
+          for (int nd = 0; nd < ND; nd++) gacc[slot(qt, nd)] = make_float4(c[nd][0], c[nd][1], c[nd][2], c[nd][3]);
         }
       }
 #pragma unroll
