@@ -10,7 +10,9 @@
  * tile, two query (key) tiles share the K/V (Q/dO) tiles — see "Warpgroups" below; the
  * "one CTA per" below is one warpgroup per):
  *   fwd_kernel     one CTA per (b, r, h, query tile); online softmax over key tiles in
- *                  registers (exponentials as ex2 of log2e·(s − max)); logits never
+ *                  registers (exponentials as ex2 of log2e·s − mu, mu a row's reference
+ *                  maximum, raised only when a logit exceeds it by 2^8: softmax_step,
+ *                  README step 37); logits never
  *                  leave the chip; saves lse only. Key tiles double-buffered (cp.async);
  *                  a tile whose keys are all valid skips the per-logit mask. CTAs
  *                  numbered in groups of 8 rows r of one (b, h) (fwd_cta, order 2) so
@@ -50,7 +52,8 @@
  *   fused_wg_kernel<KT>  (the default fused pass where D = 32 and the views allow, at every
  *                  N) fused_tma_kernel on wgmma (K, V, P, dS fragments from registers, dQ
  *                  from the swizzled dSᵀ tile), over KT = 2 key tiles per pass: Q, dO and
- *                  the dQ accumulator copied once per query step for both (README step 16).
+ *                  the dQ accumulator copied once per query step for both (README step 16);
+ *                  the query tiles in alternating directions per pass (step 37).
  *                  mf_attention_cuda_set_tma(mask) selects all of these.
  * Bias and dbias rows are p.bl elements apart (mf_attn_views.bias_row; K when dense): the
  * bias tiles are copied 16 bytes at a time only when p.bl % 8 == 0 (README step 11).
