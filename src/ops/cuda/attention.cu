@@ -1016,6 +1016,12 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
     const bf16 *ks = reinterpret_cast<const bf16 *>(sb + st * TMA_STAGE), *vs = ks + TMA_KV / 2;
     const tv_sw128_lg bs{base + st * TMA_STAGE + 2 * TMA_KV, lgo};
     const uint8_t *ms = Ms + st * ATT_MS_TMA;
+    /* whether every key of the tile is valid: known without reading the flags when there is
+     * no mask and the tiles are whole (mconst); else read while the S product runs (WG) or
+     * before it, so that the two dependent shared loads are not on the path after its wait
+     * (step 37) */
+    bool allv = mconst;
+    if (!WG && !mconst) allv = mtma ? raw_all_valid(ms) : all_valid(ms);
 
     float s[8][4];
     if constexpr (WG) { /* S = Q·Kᵀ: A (Q) from registers, B the K-major K box */
@@ -1026,6 +1032,7 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
       mf_wg_rs_n64<0>(s32, qf[1], dk + 32 / 16, 1);
       mf_wg_commit();
       produce(it, st);
+      if (!mconst) allv = mtma ? raw_all_valid(ms) : all_valid(ms);
       mf_wg_wait<0>();
       mf_wg_pin(s32);
     } else {
@@ -1035,7 +1042,7 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) fwd_tma_kernel(att_params p
     }
 
     float mx0 = -INFINITY, mx1 = -INFINITY;
-    if (mtma ? raw_all_valid(ms) : all_valid(ms)) logits<false, true>(s, bs, ms, p.scale, warp, mx0, mx1);
+    if (allv) logits<false, true>(s, bs, ms, p.scale, warp, mx0, mx1);
     else logits<true, true>(s, bs, ms, p.scale, warp, mx0, mx1);
     softmax_step<true, 5>(s, o, m0, m1, mx0, mx1);
     if constexpr (WG) { /* O += P·V: A (P) from registers, B the MN-major V box; row sums by mma.sync */
